@@ -1,0 +1,38 @@
+"""rayspec: find the fastest way to serve a large model with speculative decoding."""
+
+from __future__ import annotations
+
+from rayspec._exceptions import BenchError
+from rayspec._exceptions import ConfigError
+from rayspec._exceptions import FailureReason
+from rayspec._exceptions import LaunchError
+from rayspec._exceptions import RayspecError
+from rayspec._exceptions import ServerExited
+from rayspec._exceptions import ServerStartTimeout
+from rayspec._exceptions import StoreError
+from rayspec._exceptions import StreamStalled
+from rayspec._types import Candidate
+from rayspec._types import LaunchSpec
+from rayspec._types import RequestRecord
+from rayspec._types import SpecSettings
+from rayspec._types import TrialResult
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BenchError",
+    "Candidate",
+    "ConfigError",
+    "FailureReason",
+    "LaunchError",
+    "LaunchSpec",
+    "RayspecError",
+    "RequestRecord",
+    "ServerExited",
+    "ServerStartTimeout",
+    "SpecSettings",
+    "StoreError",
+    "StreamStalled",
+    "TrialResult",
+    "__version__",
+]

@@ -1,0 +1,166 @@
+"""Data that crosses an actor or module boundary: frozen dataclasses, never dicts."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecSettings:
+    """EAGLE-3 settings of one candidate, already normalised by SGLang's rules.
+
+    ``num_draft_tokens`` includes the root/bonus position (SGLang's N). With ``eagle_topk == 1``
+    it is always ``num_steps + 1``.
+    """
+
+    algorithm: str
+    num_steps: int
+    eagle_topk: int
+    num_draft_tokens: int
+
+    @property
+    def tree_capacity(self) -> int:
+        """Draft nodes the tree generates: ``topk + (steps - 1) * topk**2``."""
+        return self.eagle_topk + (self.num_steps - 1) * self.eagle_topk**2
+
+    @property
+    def fits_tree(self) -> bool:
+        """Whether SGLang can pick ``num_draft_tokens - 1`` nodes out of the tree."""
+        return self.num_draft_tokens - 1 <= self.tree_capacity
+
+    def label(self) -> str:
+        return (
+            f"{self.algorithm} {self.num_steps} steps, topk {self.eagle_topk}, "
+            f"{self.num_draft_tokens} draft tokens"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One point of the search space: what a trial launches.
+
+    Attributes:
+        nccl_env: the NCCL variables that are set, sorted by name (an "unset" choice is absent).
+        spec: the speculative settings, or None for no speculation.
+        flags: searched server flags as argv pieces, e.g. ``("--mem-fraction-static", "0.85")``.
+    """
+
+    nccl_env: tuple[tuple[str, str], ...] = ()
+    spec: SpecSettings | None = None
+    flags: tuple[str, ...] = ()
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.nccl_env)
+
+    def label(self) -> str:
+        spec = self.spec.label() if self.spec else "no speculation"
+        nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in self.nccl_env) or "NCCL default"
+        flags = " " + " ".join(self.flags) if self.flags else ""
+        return f"{spec}; {nccl}{flags}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSpec:
+    """Everything needed to start one server process; built by a pure function.
+
+    Attributes:
+        argv: the full command, e.g. ``("python", "-m", "sglang.launch_server", ...)``. No shell.
+        env: variables set on top of the actor's environment (NCCL values, fixed env).
+        unset_env: variables removed from the inherited environment (an "unset" NCCL choice must
+            not inherit a value from the node).
+        host, port: where the server listens.
+        log_path: file that receives the server's stdout and stderr.
+        startup_timeout_s: how long readiness may take.
+        engine: "sglang" or "twin"; recorded in every output.
+    """
+
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    host: str
+    port: int
+    log_path: str
+    startup_timeout_s: float
+    engine: str
+    unset_env: tuple[str, ...] = ()
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def with_port(self, port: int) -> LaunchSpec:
+        """The same launch on another port (argv's ``--port`` value is rewritten too)."""
+        argv = list(self.argv)
+        for i, arg in enumerate(argv[:-1]):
+            if arg == "--port":
+                argv[i + 1] = str(port)
+        return dataclasses.replace(self, argv=tuple(argv), port=port)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestRecord:
+    """One benchmark request as the client saw it.
+
+    Times are client-side (``time.perf_counter`` differences) except the ``*_unix_s`` stamps.
+    ``accept_length`` is ``completion_tokens / spec_verify_ct`` of this request: run-scoped,
+    not SGLang's lifetime average.
+    """
+
+    scenario: str
+    run: int  # repeat index within the scenario; -1 for warm-up
+    index: int  # request index within the run
+    concurrency: int
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_ms: float
+    e2e_ms: float
+    itl_ms: tuple[float, ...]  # gap per token after the first (a chunk's gap is split evenly)
+    start_unix_s: float
+    spec_verify_ct: int | None = None
+    accept_length: float | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def output_tok_s(self) -> float:
+        """Output tokens per second over the whole request (TTFT included)."""
+        return self.completion_tokens / (self.e2e_ms / 1000.0) if self.e2e_ms > 0 else 0.0
+
+    @property
+    def tpot_ms(self) -> float:
+        """Time per output token after the first."""
+        n = self.completion_tokens - 1
+        return (self.e2e_ms - self.ttft_ms) / n if n > 0 else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialResult:
+    """What one trial produced, whatever its outcome.
+
+    ``state`` is "COMPLETE", "FAIL" or "PRUNED" (Optuna's names). ``metrics`` holds float values
+    only (tok_s_mean, tok_s_peak, accept_length, ...), so Parquet columns never change type.
+    """
+
+    trial: int
+    state: str
+    value: float | None
+    candidate: Candidate
+    launch: LaunchSpec | None
+    metrics: Mapping[str, float]
+    requests: tuple[RequestRecord, ...]
+    start_unix_s: float
+    end_unix_s: float
+    failure: str | None = None  # a FailureReason value
+    failure_detail: str = ""
+    log_tail: str = ""
+    server_info: str = ""  # JSON of /get_server_info, for cross-checks
+    node: str = ""

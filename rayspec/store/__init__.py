@@ -1,0 +1,1 @@
+"""rayspec.store."""

@@ -1,0 +1,1 @@
+"""rayspec.testing."""

@@ -1,0 +1,33 @@
+"""Shared fixtures: one small local Ray cluster for the whole run (each start costs ~4 s)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+# Before ray is imported anywhere: no auth token file, no usage-stats banner.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+from collections.abc import Iterator  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    """A private local cluster with 8 fake GPUs (``address="local"`` never joins another)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            address="local",
+            num_cpus=4,
+            num_gpus=8,
+            include_dashboard=False,
+            log_to_driver=False,
+            object_store_memory=200 * 1024**2,
+            _temp_dir=tempfile.mkdtemp(prefix="rayspec-ray-"),
+        )
+    yield
+    ray.shutdown()
