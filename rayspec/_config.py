@@ -1,0 +1,516 @@
+"""The experiment schema and its only reader, :func:`load_config`.
+
+An experiment is a YAML file merged over the typed defaults below, then dotted ``key=value``
+overrides merged over the file (OmegaConf structured config). Everything downstream takes the
+typed :class:`ExperimentConfig`; nothing else reads YAML or the environment.
+
+Example::
+
+    cfg = load_config("experiments/eagle3-twin.yaml", ["study.n_trials=40"])
+    cfg.study.n_trials  # 40
+
+Every problem is raised as one :class:`~rayspec.ConfigError` whose message names the key or
+value and what is expected.
+"""
+
+from __future__ import annotations
+
+import enum
+import keyword
+import os
+import re
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+import yaml
+from omegaconf import MISSING
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rayspec._exceptions import ConfigError
+
+__all__ = [
+    "BenchConfig",
+    "ClusterConfig",
+    "Engine",
+    "ExperimentConfig",
+    "OutputConfig",
+    "Sampler",
+    "ScenarioConfig",
+    "SearchConfig",
+    "ServerConfig",
+    "SpeculativeSpace",
+    "StudyConfig",
+    "TwinConfig",
+    "UNSET",
+    "load_config",
+]
+
+UNSET = "unset"
+"""The search-space choice that leaves a variable out of the server's environment."""
+
+SPEC_OFF = "off"
+SPEC_ALGORITHMS = ("EAGLE3", "EAGLE")
+
+# Flags that turn NVLink multicast (NVLS) on; refused unless server.allow_nvlink_multicast.
+MULTICAST_FLAGS = ("--enable-nccl-nvls", "--enable-symm-mem", "--enable-torch-symm-mem")
+# Flags the command builder owns: setting them elsewhere would contradict the candidate.
+MANAGED_FLAGS = (
+    "--model-path",
+    "--model",
+    "--tp-size",
+    "--tensor-parallel-size",
+    "--host",
+    "--port",
+    "--speculative-algorithm",
+    "--speculative-draft-model-path",
+    "--speculative-draft-model",
+    "--speculative-num-steps",
+    "--speculative-eagle-topk",
+    "--speculative-num-draft-tokens",
+    "--max-running-requests",
+    "--attention-backend",
+    "--mem-fraction-static",
+    "--cuda-graph-max-bs",
+    "--cuda-graph-max-bs-decode",
+)
+# Parsed by SGLang and never read (sglang-contract §3.4): searching it measures noise.
+DEAD_FLAGS = ("--num-continuous-decode-steps",)
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([.\w]*)$")
+
+
+class Engine(str, enum.Enum):
+    sglang = "sglang"
+    twin = "twin"
+
+
+class Sampler(str, enum.Enum):
+    tpe = "tpe"
+    random = "random"
+    grid = "grid"
+
+
+@dataclass
+class StudyConfig:
+    """The Optuna study.
+
+    ``storage`` empty means ``<out>/optuna.journal`` (a journal file optuna-dashboard opens).
+    ``enqueue`` lists configurations tried first, after the baseline (no speculation, NCCL
+    unset), each as ``{param: value}`` with the study's parameter names.
+    """
+
+    name: str = MISSING
+    n_trials: int = 30
+    sampler: Sampler = Sampler.tpe
+    seed: int | None = 0
+    storage: str = ""
+    n_startup_trials: int = 6
+    enqueue: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class ClusterConfig:
+    """Where trials run. An empty address starts a private local Ray (the embedded default)."""
+
+    address: str = ""
+    num_cpus: int | None = None
+    # Local cluster only. None: Ray detects real GPUs; the twin declares tp_size fake GPUs.
+    num_gpus: int | None = None
+    include_dashboard: bool = True
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
+    # Trials at once; 0: as many as the cluster's GPUs hold (GPUs // tp_size).
+    max_concurrent_trials: int = 1
+
+
+@dataclass
+class TwinConfig:
+    """Options of the digital twin (``server.engine: twin``); passed as ``--twin-*`` flags."""
+
+    profile: str = "kimi-k2.5-tp8-pcie"
+    seed: int | None = None  # None: derived from study.seed and the trial number
+    startup_s: float = 1.0
+    fault: str = ""
+    version: str = "0.5.23"
+
+
+@dataclass
+class ServerConfig:
+    """How each trial's server is launched; the searched settings come from ``search``."""
+
+    engine: Engine = Engine.sglang
+    model_path: str = ""
+    draft_model_path: str = ""
+    tp_size: int = 8
+    host: str = "127.0.0.1"
+    port: int = 30000  # concurrent trials on one node use port, port+1, ...
+    attention_backend: str = ""
+    max_running_requests: int = 48
+    cuda_graph_max_bs: int | None = None  # the decode graph cap; flag name by sglang_version
+    mem_fraction_static: float | None = None
+    trust_remote_code: bool = False
+    enable_metrics: bool = True
+    sglang_version: str = "0.5.23"
+    python: str = ""  # interpreter that runs the server; empty: the one running rayspec
+    extra_flags: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 1800.0
+    stop_timeout_s: float = 30.0
+    allow_nvlink_multicast: bool = False
+    twin: TwinConfig = field(default_factory=TwinConfig)
+
+
+@dataclass
+class SpeculativeSpace:
+    """EAGLE-3 choices. ``modes`` holds ``off`` (the baseline) and/or an algorithm name."""
+
+    modes: list[str] = field(default_factory=lambda: [SPEC_OFF, "EAGLE3"])
+    num_steps: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6])
+    eagle_topk: list[int] = field(default_factory=lambda: [1, 2, 4])
+    num_draft_tokens: list[int] = field(default_factory=lambda: [2, 3, 4, 6, 8])
+
+
+def _default_nccl() -> dict[str, list[str]]:
+    return {
+        "NCCL_PROTO": [UNSET, "LL", "LL128", "Simple"],
+        "NCCL_ALGO": [UNSET, "Ring", "Tree"],
+        "NCCL_P2P_LEVEL": [UNSET, "PHB", "SYS"],
+        "NCCL_MAX_NCHANNELS": [UNSET, "4", "16"],
+        "NCCL_BUFFSIZE": [UNSET, "4194304", "16777216"],
+        "NCCL_NTHREADS": [UNSET, "256", "512"],
+    }
+
+
+@dataclass
+class SearchConfig:
+    """The search space. ``unset`` is always a choice of every NCCL variable (added if absent).
+
+    ``flags`` maps a server flag to its choices; a value ``on``/``off`` makes it a switch.
+    """
+
+    nccl: dict[str, list[str]] = field(default_factory=_default_nccl)
+    speculative: SpeculativeSpace = field(default_factory=SpeculativeSpace)
+    flags: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class ScenarioConfig:
+    """One load shape; empty ``bench.scenarios`` means one from the top-level bench keys."""
+
+    name: str = "single"
+    concurrency: int = 1
+    requests_per_run: int = 1
+    max_tokens: int = 500
+
+
+@dataclass
+class BenchConfig:
+    """The measurement protocol; the default is the field's: 1 warm-up, 5 runs of 500 tokens."""
+
+    warmup: int = 1
+    repeats: int = 5
+    max_tokens: int = 500
+    concurrency: int = 1
+    prompts: str = "default"
+    temperature: float = 0.0
+    read_timeout_s: float = 60.0
+    request_timeout_s: float = 900.0
+    scenarios: list[ScenarioConfig] = field(default_factory=list)
+
+
+@dataclass
+class OutputConfig:
+    """Everything of a study goes to ``<dir>/<study.name>/``."""
+
+    dir: str = "runs"
+
+
+@dataclass
+class ExperimentConfig:
+    study: StudyConfig = field(default_factory=StudyConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    @property
+    def out_dir(self) -> str:
+        return os.path.join(self.output.dir, self.study.name)
+
+    @property
+    def storage_url(self) -> str:
+        return self.study.storage or os.path.join(self.out_dir, "optuna.journal")
+
+    def scenarios(self) -> list[ScenarioConfig]:
+        """The load scenarios; the first one is the objective's."""
+        if self.bench.scenarios:
+            return list(self.bench.scenarios)
+        return [
+            ScenarioConfig(
+                name="single" if self.bench.concurrency == 1 else f"c{self.bench.concurrency}",
+                concurrency=self.bench.concurrency,
+                requests_per_run=self.bench.concurrency,
+                max_tokens=self.bench.max_tokens,
+            )
+        ]
+
+    def to_yaml(self) -> str:
+        return OmegaConf.to_yaml(OmegaConf.structured(self))
+
+
+def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Read an experiment file and overrides into a validated :class:`ExperimentConfig`.
+
+    Args:
+        path: the experiment YAML.
+        overrides: dotted ``key=value`` strings merged over the file.
+
+    Raises:
+        ConfigError: one line naming the key or value and what is expected.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the experiment file ({exc.strerror})") from exc
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from exc
+    if loaded is None:
+        loaded = {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of sections (study, server, ...) at top level"
+        )
+    for item in overrides:
+        if "=" not in item or item.startswith("=") or item.startswith("+"):
+            raise ConfigError(
+                f"override {item!r}: expected dotted.key=value (e.g. study.n_trials=40)"
+            )
+    try:
+        schema = OmegaConf.structured(ExperimentConfig)
+        merged = OmegaConf.merge(schema, OmegaConf.create(loaded))
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        OmegaConf.resolve(merged)
+        missing = sorted(OmegaConf.missing_keys(merged))
+        if missing:
+            raise ConfigError(
+                f"{path}: {missing[0]}: a value is required (set it in the file or as "
+                f"{missing[0]}=...)"
+            )
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{path}: {_describe_omegaconf_error(exc)}") from exc
+    except yaml.YAMLError as exc:  # a malformed override value
+        raise ConfigError(f"override: invalid value ({exc})") from exc
+    if not isinstance(cfg, ExperimentConfig):  # to_object of this schema always is
+        raise ConfigError(f"{path}: not an experiment (expected study, server, ... sections)")
+    _normalise(cfg)
+    validate(cfg)
+    return cfg
+
+
+def _describe_omegaconf_error(exc: OmegaConfBaseException) -> str:
+    key = getattr(exc, "full_key", None) or ""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    first = re.sub(r"^Key '([^']+)' not in '\w+'", r"unknown key '\1'", first)
+    first = first.replace(". Did you mean:", "; did you mean").rstrip()
+    return f"{key}: {first}" if key else first
+
+
+def _normalise(cfg: ExperimentConfig) -> None:
+    """Put ``unset`` first in every NCCL choice list; drop duplicate choices."""
+    for name, choices in list(cfg.search.nccl.items()):
+        values = [str(v) for v in choices]
+        rest = [v for v in dict.fromkeys(values) if v != UNSET]
+        cfg.search.nccl[name] = [UNSET, *rest]
+    for flag, flag_choices in list(cfg.search.flags.items()):
+        cfg.search.flags[flag] = list(dict.fromkeys(str(v) for v in flag_choices))
+
+
+def _fail(key: str, message: str) -> ConfigError:
+    return ConfigError(f"{key}: {message}")
+
+
+def validate(cfg: ExperimentConfig) -> None:
+    """Check the rules types alone cannot; raise the first problem as :class:`ConfigError`."""
+    s, srv, b = cfg.study, cfg.server, cfg.bench
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", s.name):
+        raise _fail("study.name", f"{s.name!r} must be letters, digits, '.', '_' or '-'")
+    if s.n_trials < 1:
+        raise _fail("study.n_trials", f"{s.n_trials} must be at least 1")
+    if s.n_startup_trials < 0:
+        raise _fail("study.n_startup_trials", "must be 0 or more")
+    if not 1 <= srv.tp_size <= 64:
+        raise _fail("server.tp_size", f"{srv.tp_size} must be between 1 and 64")
+    if not 1 <= srv.port <= 65535:
+        raise _fail("server.port", f"{srv.port} must be a TCP port (1-65535)")
+    if not srv.host:
+        raise _fail("server.host", "must not be empty (127.0.0.1 keeps the server on loopback)")
+    if srv.max_running_requests < 1:
+        raise _fail("server.max_running_requests", "must be at least 1")
+    if srv.mem_fraction_static is not None and not 0.0 < srv.mem_fraction_static < 1.0:
+        raise _fail("server.mem_fraction_static", f"{srv.mem_fraction_static} must be in (0, 1)")
+    if srv.cuda_graph_max_bs is not None and srv.cuda_graph_max_bs < 1:
+        raise _fail("server.cuda_graph_max_bs", "must be at least 1")
+    if srv.startup_timeout_s <= 0 or srv.stop_timeout_s <= 0:
+        raise _fail("server.startup_timeout_s", "timeouts must be positive")
+    if not _VERSION.match(srv.sglang_version):
+        raise _fail(
+            "server.sglang_version", f"{srv.sglang_version!r} is not a version like 0.5.23"
+        )
+    if srv.twin.startup_s < 0:
+        raise _fail("server.twin.startup_s", "must be 0 or more")
+    spec_on = [m for m in cfg.search.speculative.modes if m != SPEC_OFF]
+    if srv.engine is Engine.sglang:
+        if not srv.model_path:
+            raise _fail(
+                "server.model_path",
+                "required for engine sglang (the target model's directory or hub id)",
+            )
+        if spec_on and not srv.draft_model_path:
+            raise _fail(
+                "server.draft_model_path",
+                f"required when search.speculative.modes includes {spec_on[0]}",
+            )
+        if srv.twin.fault:
+            raise _fail("server.twin.fault", "twin options need server.engine: twin")
+    _validate_env(cfg)
+    _validate_flags(cfg)
+    _validate_space(cfg)
+    if b.warmup < 0:
+        raise _fail("bench.warmup", "must be 0 or more")
+    if b.repeats < 1:
+        raise _fail("bench.repeats", f"{b.repeats} must be at least 1")
+    if b.max_tokens < 1:
+        raise _fail("bench.max_tokens", f"{b.max_tokens} must be at least 1")
+    if b.concurrency < 1:
+        raise _fail("bench.concurrency", f"{b.concurrency} must be at least 1")
+    if b.read_timeout_s <= 0 or b.request_timeout_s <= 0:
+        raise _fail("bench.read_timeout_s", "timeouts must be positive")
+    for i, sc in enumerate(b.scenarios):
+        if sc.concurrency < 1 or sc.requests_per_run < 1 or sc.max_tokens < 1:
+            raise _fail(f"bench.scenarios[{i}]", "concurrency, requests_per_run, max_tokens >= 1")
+    if cfg.cluster.max_concurrent_trials < 0:
+        raise _fail("cluster.max_concurrent_trials", "must be 0 (auto) or more")
+    if not cfg.cluster.dashboard_host:
+        raise _fail("cluster.dashboard_host", "must not be empty")
+
+
+def _validate_env(cfg: ExperimentConfig) -> None:
+    names = list(cfg.server.env) + list(cfg.search.nccl)
+    for name in names:
+        if not _ENV_NAME.match(name) or keyword.iskeyword(name):
+            raise _fail(f"env {name!r}", "not a valid environment variable name")
+    for name in cfg.search.nccl:
+        if not name.startswith("NCCL_"):
+            raise _fail(f"search.nccl.{name}", "only NCCL_* variables can be searched here")
+        if name in cfg.server.env:
+            raise _fail(
+                f"search.nccl.{name}",
+                "is also fixed in server.env; remove it from one of the two",
+            )
+    if cfg.server.allow_nvlink_multicast:
+        return
+    nvls_env = cfg.server.env.get("NCCL_NVLS_ENABLE")
+    if nvls_env is not None and nvls_env != "0":
+        raise _fail(
+            "server.env.NCCL_NVLS_ENABLE",
+            f"{nvls_env!r} turns NVLink multicast on; only 0 is allowed unless "
+            "server.allow_nvlink_multicast: true",
+        )
+    for value in cfg.search.nccl.get("NCCL_NVLS_ENABLE", []):
+        if value not in (UNSET, "0"):
+            raise _fail(
+                "search.nccl.NCCL_NVLS_ENABLE",
+                f"choice {value!r} turns NVLink multicast on; only 0 is allowed unless "
+                "server.allow_nvlink_multicast: true",
+            )
+    algo_values = list(cfg.search.nccl.get("NCCL_ALGO", []))
+    if "NCCL_ALGO" in cfg.server.env:
+        algo_values.append(cfg.server.env["NCCL_ALGO"])
+    for value in algo_values:
+        tokens = re.split(r"[,;:^]", value.lower())
+        if "nvls" in tokens or "nvlstree" in tokens:
+            raise _fail(
+                "search.nccl.NCCL_ALGO",
+                f"choice {value!r} uses NVLS (NVLink multicast); refused unless "
+                "server.allow_nvlink_multicast: true",
+            )
+
+
+def _flag_name(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
+
+def _validate_flags(cfg: ExperimentConfig) -> None:
+    extra = [a for a in cfg.server.extra_flags if a.startswith("-")]
+    searched = list(cfg.search.flags)
+    for where, flags in (("server.extra_flags", extra), ("search.flags", searched)):
+        for flag in flags:
+            name = _flag_name(flag)
+            if not name.startswith("--"):
+                raise _fail(where, f"{flag!r} must be a long flag starting with --")
+            if name in MULTICAST_FLAGS and not cfg.server.allow_nvlink_multicast:
+                raise _fail(
+                    where,
+                    f"{name} turns NVLink multicast on; refused unless "
+                    "server.allow_nvlink_multicast: true",
+                )
+            if name in MANAGED_FLAGS:
+                raise _fail(
+                    where,
+                    f"{name} is set by rayspec from server.* and search.speculative; "
+                    "set it there instead",
+                )
+            if name in DEAD_FLAGS:
+                raise _fail(
+                    where,
+                    f"{name} is parsed but never read by SGLang; searching it measures only noise",
+                )
+    for flag in searched:
+        if flag in extra:
+            raise _fail(f"search.flags.{flag}", "is also fixed in server.extra_flags")
+        if not cfg.search.flags[flag]:
+            raise _fail(f"search.flags.{flag}", "needs at least one choice")
+
+
+def _validate_space(cfg: ExperimentConfig) -> None:
+    sp = cfg.search.speculative
+    if not sp.modes:
+        raise _fail("search.speculative.modes", "needs at least one of off, EAGLE3")
+    for mode in sp.modes:
+        if mode != SPEC_OFF and mode not in SPEC_ALGORITHMS:
+            raise _fail(
+                "search.speculative.modes",
+                f"{mode!r} is not one of {', '.join((SPEC_OFF, *SPEC_ALGORITHMS))}",
+            )
+    if any(m != SPEC_OFF for m in sp.modes):
+        for key, values, low in (
+            ("num_steps", sp.num_steps, 1),
+            ("eagle_topk", sp.eagle_topk, 1),
+            ("num_draft_tokens", sp.num_draft_tokens, 2),
+        ):
+            if not values:
+                raise _fail(f"search.speculative.{key}", "needs at least one choice")
+            bad = [v for v in values if v < low]
+            if bad:
+                raise _fail(f"search.speculative.{key}", f"{bad[0]} must be at least {low}")
+    for name, choices in cfg.search.nccl.items():
+        for value in choices:
+            if not value or any(c in value for c in "\n\0"):
+                raise _fail(f"search.nccl.{name}", f"choice {value!r} is not a usable value")
+
+
+def to_plain(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The config as plain Python containers (enums as their values)."""
+    raw = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+    return dict(raw) if isinstance(raw, dict) else {}
