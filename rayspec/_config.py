@@ -108,7 +108,7 @@ class StudyConfig:
     seed: int | None = 0
     storage: str = ""
     n_startup_trials: int = 6
-    enqueue: list[dict[str, str]] = field(default_factory=list)
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -1,0 +1,246 @@
+"""The search space: the only place the YAML ``search`` section becomes Optuna parameters.
+
+Parameter names are dotted paths: ``spec.mode``, ``spec.num_steps``, ``spec.eagle_topk``,
+``spec.num_draft_tokens``, ``nccl.NCCL_PROTO``, ``flags.--mem-fraction-static``. Every parameter is
+categorical, so a value is always one the user wrote.
+
+SGLang's rules are built in (sglang-contract §4.2, §10.1):
+
+- the speculative numbers are sampled together or not at all (``spec.mode: off`` samples none);
+- with ``eagle_topk == 1`` SGLang forces ``num_draft_tokens = num_steps + 1``, so the draft-token
+  parameter is not sampled at all: those candidates are one point, not many;
+- a draft budget the tree cannot hold (``ndt - 1 > topk + (steps - 1) * topk**2``) yields a
+  candidate whose ``spec.fits_tree`` is False; the driver records it as infeasible and never
+  launches it.
+
+:func:`canonical_key` names equivalent candidates identically, so a repeat costs no restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from typing import Any
+
+from rayspec._config import SPEC_OFF
+from rayspec._config import UNSET
+from rayspec._config import SearchConfig
+from rayspec._exceptions import ConfigError
+from rayspec._types import Candidate
+from rayspec._types import SpecSettings
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = [
+    "FLAG_OFF",
+    "FLAG_ON",
+    "P_MODE",
+    "P_NDT",
+    "P_STEPS",
+    "P_TOPK",
+    "SearchSpace",
+    "canonical_key",
+]
+
+P_MODE = "spec.mode"
+P_STEPS = "spec.num_steps"
+P_TOPK = "spec.eagle_topk"
+P_NDT = "spec.num_draft_tokens"
+FLAG_ON = "on"
+FLAG_OFF = "off"
+
+
+def _nccl_param(name: str) -> str:
+    return f"nccl.{name}"
+
+
+def _flag_param(flag: str) -> str:
+    return f"flags.{flag}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpace:
+    """The declared choices, in the user's order (``unset`` first for NCCL variables)."""
+
+    modes: tuple[str, ...]
+    num_steps: tuple[int, ...]
+    eagle_topk: tuple[int, ...]
+    num_draft_tokens: tuple[int, ...]
+    nccl: tuple[tuple[str, tuple[str, ...]], ...]
+    flags: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @classmethod
+    def from_config(cls, search: SearchConfig) -> SearchSpace:
+        sp = search.speculative
+        return cls(
+            modes=tuple(dict.fromkeys(sp.modes)),
+            num_steps=tuple(dict.fromkeys(sp.num_steps)),
+            eagle_topk=tuple(dict.fromkeys(sp.eagle_topk)),
+            num_draft_tokens=tuple(dict.fromkeys(sp.num_draft_tokens)),
+            nccl=tuple((k, tuple(v)) for k, v in search.nccl.items()),
+            flags=tuple((k, tuple(v)) for k, v in search.flags.items()),
+        )
+
+    # -- sampling -------------------------------------------------------------------------
+    def suggest(self, trial: optuna.Trial) -> Candidate:
+        """Ask ``trial`` for a candidate (define-by-run: conditional parameters)."""
+        params: dict[str, Any] = {}
+        mode = trial.suggest_categorical(P_MODE, list(self.modes))
+        params[P_MODE] = mode
+        if mode != SPEC_OFF:
+            params[P_STEPS] = trial.suggest_categorical(P_STEPS, list(self.num_steps))
+            params[P_TOPK] = trial.suggest_categorical(P_TOPK, list(self.eagle_topk))
+            if params[P_TOPK] > 1:
+                params[P_NDT] = trial.suggest_categorical(P_NDT, list(self.num_draft_tokens))
+        for name, choices in self.nccl:
+            params[_nccl_param(name)] = trial.suggest_categorical(_nccl_param(name), list(choices))
+        for flag, choices in self.flags:
+            params[_flag_param(flag)] = trial.suggest_categorical(_flag_param(flag), list(choices))
+        return self.candidate(params)
+
+    def grid(self) -> dict[str, list[Any]]:
+        """Every parameter with its choices, for Optuna's GridSampler."""
+        grid: dict[str, list[Any]] = {P_MODE: list(self.modes)}
+        if any(m != SPEC_OFF for m in self.modes):
+            grid[P_STEPS] = list(self.num_steps)
+            grid[P_TOPK] = list(self.eagle_topk)
+            if any(t > 1 for t in self.eagle_topk):
+                grid[P_NDT] = list(self.num_draft_tokens)
+        for name, choices in self.nccl:
+            grid[_nccl_param(name)] = list(choices)
+        for flag, choices in self.flags:
+            grid[_flag_param(flag)] = list(choices)
+        return grid
+
+    # -- params <-> candidates ------------------------------------------------------------
+    def candidate(self, params: Mapping[str, Any]) -> Candidate:
+        """The candidate a parameter set describes; missing NCCL/flag params mean unset/off.
+
+        Raises:
+            ConfigError: a value is not among the declared choices.
+        """
+        self.check(params)
+        mode = params.get(P_MODE, SPEC_OFF)
+        spec = None
+        if mode != SPEC_OFF:
+            steps = int(params[P_STEPS])
+            topk = int(params[P_TOPK])
+            # topk 1: SGLang forces ndt = steps + 1 (sglang-contract §4.2 rule 9).
+            ndt = steps + 1 if topk == 1 else int(params[P_NDT])
+            spec = SpecSettings(str(mode), steps, topk, ndt)
+        nccl = tuple(
+            sorted(
+                (name, str(params[_nccl_param(name)]))
+                for name, _ in self.nccl
+                if params.get(_nccl_param(name), UNSET) != UNSET
+            )
+        )
+        flags: list[str] = []
+        for flag, _ in self.flags:
+            value = str(params.get(_flag_param(flag), FLAG_OFF))
+            if value == FLAG_ON:
+                flags.append(flag)
+            elif value != FLAG_OFF:
+                flags.extend((flag, value))
+        return Candidate(nccl_env=nccl, spec=spec, flags=tuple(flags))
+
+    def coerce(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Parameters with the speculative numbers as ints (YAML and overrides give text)."""
+        out = dict(params)
+        for key in (P_STEPS, P_TOPK, P_NDT):
+            if key in out:
+                try:
+                    out[key] = int(out[key])
+                except (TypeError, ValueError):
+                    raise ConfigError(f"{key}: {out[key]!r} is not an integer") from None
+        for key, value in out.items():
+            if key.startswith(("nccl.", "flags.")) or key == P_MODE:
+                out[key] = str(value)
+        return out
+
+    def check(self, params: Mapping[str, Any]) -> None:
+        """Raise :class:`ConfigError` for an unknown parameter or an undeclared value."""
+        allowed: dict[str, tuple[Any, ...]] = {
+            P_MODE: self.modes,
+            P_STEPS: self.num_steps,
+            P_TOPK: self.eagle_topk,
+            P_NDT: self.num_draft_tokens,
+        }
+        allowed.update({_nccl_param(k): v for k, v in self.nccl})
+        allowed.update({_flag_param(k): v for k, v in self.flags})
+        for key, value in params.items():
+            if key not in allowed:
+                raise ConfigError(f"{key}: not a parameter of the search space")
+            if value not in allowed[key]:
+                # unset/off are always implied choices even when not declared.
+                if key.startswith("flags.") and value == FLAG_OFF:
+                    continue
+                if key.startswith("nccl.") and value == UNSET:
+                    continue
+                choices = ", ".join(map(str, allowed[key]))
+                raise ConfigError(f"{key}: {value!r} is not one of the choices [{choices}]")
+        mode = params.get(P_MODE, SPEC_OFF)
+        if mode != SPEC_OFF:
+            for key in (P_STEPS, P_TOPK):
+                if key not in params:
+                    raise ConfigError(f"{key}: required with {P_MODE}={mode}")
+            if int(params[P_TOPK]) > 1 and P_NDT not in params:
+                raise ConfigError(f"{P_NDT}: required with {P_TOPK} > 1")
+
+    def params_of(self, candidate: Candidate) -> dict[str, Any]:
+        """The parameters that describe ``candidate`` (the inverse of :meth:`candidate`)."""
+        params: dict[str, Any] = {}
+        if candidate.spec is None:
+            params[P_MODE] = SPEC_OFF
+        else:
+            params[P_MODE] = candidate.spec.algorithm
+            params[P_STEPS] = candidate.spec.num_steps
+            params[P_TOPK] = candidate.spec.eagle_topk
+            if candidate.spec.eagle_topk > 1:
+                params[P_NDT] = candidate.spec.num_draft_tokens
+        env = candidate.env
+        for name, _ in self.nccl:
+            params[_nccl_param(name)] = env.get(name, UNSET)
+        flags = list(candidate.flags)
+        for flag, _ in self.flags:
+            if flag not in flags:
+                params[_flag_param(flag)] = FLAG_OFF
+                continue
+            i = flags.index(flag)
+            nxt = flags[i + 1] if i + 1 < len(flags) else None
+            params[_flag_param(flag)] = (
+                nxt if nxt is not None and not nxt.startswith("--") else FLAG_ON
+            )
+        return params
+
+    def baseline(self) -> Candidate:
+        """No speculation, every NCCL variable unset, every searched flag off."""
+        return Candidate()
+
+    def size(self) -> int:
+        """The number of distinct launchable candidates (canonical, feasible)."""
+        spec_points = 0
+        for mode in self.modes:
+            if mode == SPEC_OFF:
+                spec_points += 1
+                continue
+            for k in self.num_steps:
+                for m in self.eagle_topk:
+                    ndts = [k + 1] if m == 1 else list(self.num_draft_tokens)
+                    spec_points += sum(1 for n in ndts if SpecSettings(mode, k, m, n).fits_tree)
+        total = spec_points
+        for _, choices in (*self.nccl, *self.flags):
+            total *= len(choices)
+        return total
+
+
+def canonical_key(candidate: Candidate) -> str:
+    """A stable identity: equivalent candidates (as SGLang resolves them) share it."""
+    spec = dataclasses.asdict(candidate.spec) if candidate.spec else None
+    return json.dumps(
+        {"spec": spec, "env": list(candidate.nccl_env), "flags": list(candidate.flags)},
+        sort_keys=True,
+    )

@@ -1,0 +1,222 @@
+"""The Optuna study: storage, sampler, resume and the one place a trial's outcome is told.
+
+Only this package imports optuna. It uses the public ask/tell API and ``suggest_*`` only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+from optuna.samplers import BaseSampler
+from optuna.storages import BaseStorage
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
+
+from rayspec._config import ExperimentConfig
+from rayspec._config import Sampler
+from rayspec._exceptions import ConfigError
+from rayspec._types import TrialResult
+from rayspec.search._space import SearchSpace
+from rayspec.search._space import canonical_key
+
+__all__ = [
+    "ATTR_FAILURE",
+    "ATTR_RETRY_OF",
+    "ATTR_KEY",
+    "StudyHandle",
+    "open_study",
+]
+
+_log = logging.getLogger(__name__)
+
+ATTR_KEY = "candidate_key"
+ATTR_LABEL = "candidate"
+ATTR_FAILURE = "failure_reason"
+ATTR_RETRY_OF = "retry_of"
+ATTR_REUSED_FROM = "reused_from"
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _make_storage(url: str) -> BaseStorage | str:
+    if "://" in url:  # sqlite:///..., postgresql://...: an RDB URL
+        return url
+    parent = os.path.dirname(os.path.abspath(url))
+    os.makedirs(parent, exist_ok=True)
+    return JournalStorage(JournalFileBackend(url))
+
+
+def _make_sampler(cfg: ExperimentConfig, space: SearchSpace) -> BaseSampler:
+    seed = cfg.study.seed
+    if cfg.study.sampler is Sampler.tpe:
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=cfg.study.n_startup_trials)
+    if cfg.study.sampler is Sampler.random:
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.GridSampler(space.grid(), seed=seed)
+
+
+class StudyHandle:
+    """An opened (created or resumed) study plus the bookkeeping the driver needs."""
+
+    def __init__(self, study: optuna.Study, space: SearchSpace, cfg: ExperimentConfig) -> None:
+        self.study = study
+        self.space = space
+        self.cfg = cfg
+
+    # -- counting -------------------------------------------------------------------------
+    def interrupted(self) -> set[int]:
+        """Numbers of trials a killed driver left running (each was enqueued again)."""
+        return {
+            int(t.user_attrs[ATTR_RETRY_OF])
+            for t in self.study.get_trials(deepcopy=False)
+            if ATTR_RETRY_OF in t.user_attrs
+        }
+
+    def finished(self) -> list[FrozenTrial]:
+        """Trials with an outcome (interrupted ones excluded: they are tried again)."""
+        skip = self.interrupted()
+        return [
+            t
+            for t in self.study.get_trials(deepcopy=False, states=_FINISHED)
+            if t.number not in skip
+        ]
+
+    def remaining(self, n_trials: int) -> int:
+        return max(0, n_trials - len(self.finished()))
+
+    def exhausted(self) -> bool:
+        sampler = self.study.sampler
+        return isinstance(sampler, optuna.samplers.GridSampler) and sampler.is_exhausted(
+            self.study
+        )
+
+    def completed_by_key(self) -> dict[str, FrozenTrial]:
+        """The first COMPLETE trial of each canonical candidate."""
+        seen: dict[str, FrozenTrial] = {}
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            key = t.user_attrs.get(ATTR_KEY)
+            if key and key not in seen:
+                seen[key] = t
+        return seen
+
+    # -- ask / tell -----------------------------------------------------------------------
+    def ask(self) -> tuple[optuna.Trial, Any]:
+        """A new trial and its candidate."""
+        trial = self.study.ask()
+        candidate = self.space.suggest(trial)
+        trial.set_user_attr(ATTR_KEY, canonical_key(candidate))
+        trial.set_user_attr(ATTR_LABEL, candidate.label())
+        return trial, candidate
+
+    def tell(self, trial: optuna.Trial | int, result: TrialResult) -> None:
+        """Record ``result`` in the study: the one place an outcome becomes a trial state."""
+        number = trial if isinstance(trial, int) else trial.number
+        if not isinstance(trial, int):
+            self._set_attrs(trial, result)
+        state = {
+            "COMPLETE": TrialState.COMPLETE,
+            "PRUNED": TrialState.PRUNED,
+            "FAIL": TrialState.FAIL,
+        }[result.state]
+        values = result.value if state is TrialState.COMPLETE else None
+        try:
+            self.study.tell(number, values, state=state, skip_if_finished=True)
+        except RuntimeError as exc:
+            # GridSampler calls Study.stop() on the tell that uses up the grid; the trial is
+            # stored as COMPLETE all the same (stack-notes §4.5).
+            if "Study.stop" not in str(exc):
+                raise
+
+    @staticmethod
+    def _set_attrs(trial: optuna.Trial, result: TrialResult) -> None:
+        trial.set_user_attr("state", result.state)
+        if result.failure:
+            trial.set_user_attr(ATTR_FAILURE, result.failure)
+            trial.set_user_attr("failure_detail", result.failure_detail[:2000])
+            trial.set_user_attr("log_tail", result.log_tail[-4000:])
+        for key in ("tok_s_mean", "tok_s_peak", "tok_s_std", "accept_length"):
+            value = result.metrics.get(key)
+            if value is not None and value == value:  # not NaN
+                trial.set_user_attr(key, float(value))
+        if result.launch is not None:
+            trial.set_user_attr("engine", result.launch.engine)
+
+    def enqueue(self, params: Mapping[str, Any], **attrs: Any) -> None:
+        """Queue a configuration; parameters left out mean unset (NCCL) or off (flags)."""
+        complete = self.space.params_of(self.space.candidate(self.space.coerce(params)))
+        self.study.enqueue_trial(complete, user_attrs=dict(attrs), skip_if_exists=False)
+
+    # -- resume ---------------------------------------------------------------------------
+    def recover_interrupted(self) -> list[FrozenTrial]:
+        """Fail the trials a killed driver left RUNNING and enqueue their configurations again.
+
+        Only safe when this driver is the study's only writer (the default local set-up).
+        """
+        stale = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        for t in stale:
+            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+            # Re-enqueued with a back-reference: that is what marks t as interrupted.
+            self.study.enqueue_trial(dict(t.params), user_attrs={ATTR_RETRY_OF: t.number})
+        if stale:
+            _log.warning(
+                "trials %s were running when the last driver died: failed and queued again",
+                [t.number for t in stale],
+            )
+        return stale
+
+
+def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
+    """Create the study, or resume it from its storage.
+
+    A new study enqueues the baseline (no speculation, NCCL unset) first, then the
+    configurations of ``study.enqueue`` in order, before anything the sampler picks.
+
+    Raises:
+        ConfigError: the storage holds this study from an experiment with another engine.
+    """
+    storage = _make_storage(cfg.storage_url)
+    sampler = _make_sampler(cfg, space)
+    study = optuna.create_study(
+        study_name=cfg.study.name,
+        storage=storage,
+        sampler=sampler,
+        direction="maximize",
+        load_if_exists=True,
+    )
+    handle = StudyHandle(study, space, cfg)
+    engine = cfg.server.engine.value
+    stored_engine = study.user_attrs.get("engine")
+    if stored_engine is None:
+        study.set_user_attr("engine", engine)
+        study.set_user_attr("objective", "output tok/s (mean of runs, first scenario)")
+    elif stored_engine != engine:
+        raise ConfigError(
+            f"study.name: study {cfg.study.name!r} in {cfg.storage_url} was run with engine "
+            f"{stored_engine}; choose another study.name for engine {engine}"
+        )
+    if not study.trials:
+        handle.enqueue(space.params_of(space.baseline()), role="baseline")
+        for i, params in enumerate(cfg.study.enqueue):
+            try:
+                handle.enqueue(params, role=f"enqueued[{i}]")
+            except ConfigError as exc:
+                raise ConfigError(f"study.enqueue[{i}].{exc}") from exc
+    return handle
+
+
+def validate_enqueue(cfg: ExperimentConfig, space: SearchSpace) -> None:
+    """Check ``study.enqueue`` against the space before anything starts."""
+    for i, params in enumerate(cfg.study.enqueue):
+        try:
+            space.candidate(space.coerce(params))
+        except ConfigError as exc:
+            raise ConfigError(f"study.enqueue[{i}].{exc}") from exc
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(f"study.enqueue[{i}]: {exc}") from exc
