@@ -1,0 +1,56 @@
+"""Errors raised by the twin's performance model (profiles, NCCL resolution, draft trees).
+
+::
+
+    RayspecError
+    ├── ProfileError (also ValueError)      a profile YAML is missing, unknown or malformed
+    ├── NcclError                           a simulated NCCL failure
+    │   ├── NcclInitError                   fails at communicator init (bad NCCL_PROTO/ALGO token)
+    │   └── NcclNoAlgorithmError            fails at the first collective (no usable algorithm)
+    └── DraftTreeError (also RuntimeError)  draft-token budget larger than the tree (first decode)
+
+The NCCL errors and :class:`DraftTreeError` carry the :class:`~rayspec.FailureReason` the real
+server's failure would be classified as, in ``reason`` (twin-model.md §3.3, contract §4.5).
+"""
+
+from __future__ import annotations
+
+from rayspec._exceptions import FailureReason
+from rayspec._exceptions import RayspecError
+
+
+class ProfileError(RayspecError, ValueError):
+    """A hardware/model profile cannot be loaded; the message names the key and what is expected."""
+
+
+class NcclError(RayspecError):
+    """A simulated NCCL failure.
+
+    Attributes:
+        reason: how the real server's failure is classified.
+        nccl_result: NCCL's result code name, e.g. ``"ncclInvalidUsage"``.
+    """
+
+    reason: FailureReason = FailureReason.UNKNOWN
+
+    def __init__(self, message: str, *, nccl_result: str = "ncclInvalidUsage") -> None:
+        super().__init__(message)
+        self.nccl_result = nccl_result
+
+
+class NcclInitError(NcclError):
+    """NCCL refuses to create the communicator (the server dies during distributed init)."""
+
+    reason = FailureReason.NCCL_INIT
+
+
+class NcclNoAlgorithmError(NcclError):
+    """No algorithm/protocol is usable for AllReduce (the server dies at its first collective)."""
+
+    reason = FailureReason.NCCL_FIRST_COLLECTIVE
+
+
+class DraftTreeError(RayspecError, RuntimeError):
+    """``num_draft_tokens - 1`` exceeds the draft tree's capacity (SGLang's torch.topk fails)."""
+
+    reason = FailureReason.INVALID_DRAFT_TREE

@@ -1,0 +1,321 @@
+"""The twin's performance model: forward, verify, draft and cycle cost, and acceptance.
+
+Pure functions of a :class:`~rayspec.twin.Profile`, a resolved :class:`NcclSetup` and the
+speculative settings (twin-model.md §5 forward pass, §6 EAGLE-3, §7 batching). The model gives
+expected values; :meth:`PerfModel.sample_cycle_tokens` draws one cycle's emitted tokens the way
+§6.8 specifies, so the twin can report integer counts whose mean is the expected accept length.
+
+Example::
+
+    model = PerfModel(profile, resolve_nccl(env, profile), SpecSettings("EAGLE3", 2, 1, 3))
+    model.step_ms(batch=1)              # 19.905 ms: one verify + draft cycle (tuned NCCL)
+    model.expected_accept_length()      # 1.88984
+    model.expected_tok_s()              # 94.94
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import random
+
+from rayspec._types import SpecSettings
+from rayspec.twin._errors import DraftTreeError
+from rayspec.twin._nccl import NcclSetup
+from rayspec.twin._profile import Profile
+
+__all__ = ["DraftTree", "PerfModel", "build_draft_tree", "tree_fits"]
+
+
+def tree_fits(spec: SpecSettings) -> bool:
+    """Whether SGLang can keep ``num_draft_tokens - 1`` nodes of the draft tree (§6.3).
+
+    A configuration that does not fit starts, then fails at the first decode (contract §4.5);
+    :class:`PerfModel` refuses to evaluate it.
+    """
+    return spec.fits_tree
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftTree:
+    """The draft nodes SGLang keeps for one acceptance multiplier (§6.3).
+
+    Attributes:
+        depth_probs: per depth j = 1..k, the conditional acceptance ``q(j, r)`` of the rank-r
+            child, r = 1..m.
+        nodes: the kept nodes as rank paths, e.g. ``(1, 2)`` = second-ranked child of the
+            top-ranked depth-1 node; closed under ancestors.
+        probs: each kept node's unconditional probability of being accepted, in ``nodes`` order.
+    """
+
+    depth_probs: tuple[tuple[float, ...], ...]
+    nodes: frozenset[tuple[int, ...]]
+    probs: tuple[float, ...]
+
+    @property
+    def expected_tokens(self) -> float:
+        """Expected tokens per cycle: 1 (bonus) + sum of kept node probabilities."""
+        return 1.0 + sum(self.probs)
+
+    def sample(self, rng: random.Random) -> int:
+        """Tokens one cycle emits: walk down, drawing the correct child's rank at each depth."""
+        path: tuple[int, ...] = ()
+        for q in self.depth_probs:
+            u = rng.random()
+            rank = 0
+            for r, p in enumerate(q, start=1):
+                if u < p:
+                    rank = r
+                    break
+                u -= p
+            if rank == 0:
+                break
+            child = (*path, rank)
+            if child not in self.nodes:
+                break
+            path = child
+        return len(path) + 1
+
+
+def build_draft_tree(
+    acceptance: list[float], topk: int, num_draft_tokens: int, theta: float
+) -> DraftTree:
+    """Build the kept draft tree of §6.3 from per-depth conditional acceptance ``a_j``.
+
+    Args:
+        acceptance: ``a_j`` for j = 1..k (already scaled and capped).
+        topk: m, the beam width.
+        num_draft_tokens: N, the verify budget (N - 1 draft nodes are kept).
+        theta: the runner-up shape θ: rank r ≥ 2 gets ``(1 - a_j) θ (1 - θ)^(r - 2)``.
+
+    Raises:
+        DraftTreeError: ``N - 1`` is larger than the ``m + (k - 1) m²`` candidates.
+    """
+    k = len(acceptance)
+    depth_probs = tuple(
+        tuple(a if r == 1 else (1 - a) * theta * (1 - theta) ** (r - 2) for r in range(1, topk + 1))
+        for a in acceptance
+    )
+    candidates: list[tuple[float, tuple[int, ...]]] = []
+    frontier: list[tuple[float, tuple[int, ...]]] = [(1.0, ())]
+    for j in range(k):
+        children = [
+            (p * depth_probs[j][r - 1], (*path, r))
+            for p, path in frontier
+            for r in range(1, topk + 1)
+        ]
+        candidates.extend(children)
+        frontier = heapq.nsmallest(topk, children, key=_rank_key)
+    budget = num_draft_tokens - 1
+    if budget > len(candidates):
+        raise DraftTreeError(
+            "RuntimeError: selected index k out of range "
+            f"(num_draft_tokens - 1 = {budget} > {len(candidates)} draft candidates)"
+        )
+    kept = heapq.nsmallest(budget, candidates, key=_rank_key)
+    return DraftTree(
+        depth_probs=depth_probs,
+        nodes=frozenset(path for _, path in kept),
+        probs=tuple(p for p, _ in kept),
+    )
+
+
+def _rank_key(item: tuple[float, tuple[int, ...]]) -> tuple[float, int, tuple[int, ...]]:
+    # Highest probability first; on ties the shallower node first, so ancestors win and the
+    # kept set stays closed under ancestors.
+    p, path = item
+    return (-p, len(path), path)
+
+
+class PerfModel:
+    """Expected cost and acceptance of one server configuration (twin-model.md §2).
+
+    Immutable after construction and safe to share between threads (the tree cache only grows).
+
+    Args:
+        profile: the hardware/model profile.
+        nccl: the resolved NCCL setup of the server start.
+        spec: the EAGLE-3 settings after SGLang's normalisation (topk 1 ⇒ N = k + 1), or None
+            for no speculation.
+
+    Raises:
+        ValueError: ``spec`` is not normalised (topk 1 with N ≠ k + 1, or values below 1).
+    """
+
+    def __init__(self, profile: Profile, nccl: NcclSetup, spec: SpecSettings | None) -> None:
+        if spec is not None:
+            if spec.num_steps < 1 or spec.eagle_topk < 1 or spec.num_draft_tokens < 1:
+                raise ValueError(f"speculative settings must be >= 1, got {spec}")
+            if spec.eagle_topk == 1 and spec.num_draft_tokens != spec.num_steps + 1:
+                raise ValueError(
+                    "speculative settings are not normalised: topk 1 forces num_draft_tokens "
+                    f"= num_steps + 1 = {spec.num_steps + 1}, got {spec.num_draft_tokens}"
+                )
+        self.profile = profile
+        self.nccl = nccl
+        self.spec = spec
+        self._trees: dict[float, DraftTree] = {}
+
+    # ---------------------------------------------------------------- forward pass (§5)
+
+    def expected_experts(self, tokens: int) -> float:
+        """E(T): expected distinct routed experts per MoE layer for T tokens (0 if dense)."""
+        moe = self.profile.model.moe
+        if moe is None:
+            return 0.0
+        n, k = moe.n_experts, moe.experts_per_token
+        return n * (1.0 - (1.0 - k / n) ** tokens)
+
+    def kv_ms(self, batch: int, ctx: float | None) -> float:
+        """KV reads beyond the calibration context (signed; 0 when ``ctx`` is None)."""
+        if ctx is None:
+            return 0.0
+        m = self.profile.model
+        return (
+            batch * (ctx - m.calib_context) * m.layers * m.kv_bytes_per_token_layer
+            / m.kv_bw_bytes_per_ms
+        )
+
+    def forward_ms(self, tokens: int, batch: int, ctx: float | None = None) -> float:
+        """T_fwd: one target forward of ``tokens`` tokens for ``batch`` running requests.
+
+        Raises:
+            NcclNoAlgorithmError: the NCCL setup has no usable AllReduce algorithm.
+        """
+        if tokens < 1 or batch < 1:
+            raise ValueError(f"tokens and batch must be >= 1, got {tokens}, {batch}")
+        f = self.profile.forward
+        m = self.profile.model
+        moe = m.moe
+        expert_term = f.W0_ms
+        if moe is not None:
+            expert_term += f.c_e_ms * (self.expected_experts(tokens) - moe.experts_per_token)
+        coll_ms = m.collectives_per_forward * self.nccl.allreduce_us(tokens * m.token_bytes) / 1000
+        return (
+            (f.C0_ms - f.W0_ms)
+            + max(expert_term, f.flop_tok_ms * tokens)
+            + f.p_tok_ms * (tokens - 1)
+            + self.kv_ms(batch, ctx)
+            + coll_ms
+        )
+
+    # ------------------------------------------------------------- speculative (§6.4, §6.5)
+
+    def verify_ms(self, batch: int = 1, ctx: float | None = None) -> float:
+        """V: one TARGET_VERIFY forward over ``batch · N`` tokens plus F_spec."""
+        spec = self._require_spec()
+        return (
+            self.forward_ms(batch * spec.num_draft_tokens, batch, ctx)
+            + self.profile.speculative.F_spec_ms
+        )
+
+    def draft_ms(self, batch: int = 1) -> float:
+        """D: the k draft steps of one cycle (drafter forwards and their collectives)."""
+        spec = self._require_spec()
+        s = self.profile.speculative
+        payload = batch * spec.eagle_topk * self.profile.model.token_bytes
+        per_step = s.d_step_ms + s.draft_collectives_per_step * self.nccl.allreduce_us(payload) / 1000
+        return s.D0_ms + spec.num_steps * per_step
+
+    def step_ms(self, batch: int = 1, ctx: float | None = None, mult: float = 1.0) -> float:
+        """One decode iteration (no speculation) or one EAGLE-3 cycle V + D, in ms.
+
+        Args:
+            batch: running decode requests B.
+            ctx: mean context length of the running requests (None: the calibration context).
+            mult: the request's acceptance multiplier. The cycle's cost does not depend on it in
+                the reference formulas; it is accepted so callers can pass one request's draw.
+
+        Raises:
+            NcclNoAlgorithmError: the NCCL setup has no usable AllReduce algorithm.
+            DraftTreeError: the draft-token budget does not fit the tree.
+        """
+        del mult  # cost is independent of acceptance (§6.6)
+        if self.spec is None:
+            return self.forward_ms(batch, batch, ctx)
+        self._check_tree()
+        return self.verify_ms(batch, ctx) + self.draft_ms(batch)
+
+    # --------------------------------------------------------------- acceptance (§6.2, §6.3)
+
+    def acceptance(self, mult: float = 1.0) -> list[float]:
+        """a_j for j = 1..k: ``min(a_cap, mult · base_j)`` (empty without speculation)."""
+        if self.spec is None:
+            return []
+        d = self.profile.drafter
+        return [
+            min(d.a_cap, max(0.0, mult * d.acceptance.base(j)))
+            for j in range(1, self.spec.num_steps + 1)
+        ]
+
+    def draft_tree(self, mult: float = 1.0) -> DraftTree:
+        """The kept draft tree for an acceptance multiplier (cached per ``mult``)."""
+        spec = self._require_spec()
+        tree = self._trees.get(mult)
+        if tree is None:
+            tree = build_draft_tree(
+                self.acceptance(mult), spec.eagle_topk, spec.num_draft_tokens,
+                self.profile.drafter.tree_theta,
+            )
+            if len(self._trees) < 1024:
+                self._trees[mult] = tree
+        return tree
+
+    def expected_accept_length(self, mult: float = 1.0) -> float:
+        """L: expected tokens emitted per cycle (1 without speculation).
+
+        Chain (topk 1): ``1 + Σ_i Π_{j≤i} a_j``; tree: 1 + the N − 1 largest node probabilities.
+        """
+        if self.spec is None:
+            return 1.0
+        if self.spec.eagle_topk == 1:
+            total, prefix = 1.0, 1.0
+            for a in self.acceptance(mult):
+                prefix *= a
+                total += prefix
+            return total
+        return self.draft_tree(mult).expected_tokens
+
+    def sample_cycle_tokens(self, rng: random.Random, mult: float = 1.0) -> int:
+        """Draw the tokens one cycle emits (accepted drafts + the bonus token), §6.8.
+
+        Returns 1 without speculation. The mean over many draws equals
+        :meth:`expected_accept_length` for the same ``mult``.
+        """
+        if self.spec is None:
+            return 1
+        if self.spec.eagle_topk == 1:
+            tokens = 1
+            for a in self.acceptance(mult):
+                if rng.random() >= a:
+                    break
+                tokens += 1
+            return tokens
+        return self.draft_tree(mult).sample(rng)
+
+    # ------------------------------------------------------------------- throughput (§6.6)
+
+    def expected_tok_s(self, batch: int = 1, ctx: float | None = None) -> float:
+        """Expected decode speed of one request, tokens/s (aggregate = ``batch`` × this)."""
+        return 1000.0 * self.expected_accept_length() / self.step_ms(batch, ctx)
+
+    def prefill_ms(self, prompt_tokens: int) -> float:
+        """Time to first token for one prompt. UNCALIBRATED placeholder (§12 item 7)."""
+        u = self.profile.uncalibrated
+        return u.prefill_base_ms + u.prefill_ms_per_token * max(0, prompt_tokens)
+
+    # ------------------------------------------------------------------------------ helpers
+
+    def _require_spec(self) -> SpecSettings:
+        if self.spec is None:
+            raise ValueError("this model has no speculative settings")
+        return self.spec
+
+    def _check_tree(self) -> None:
+        spec = self._require_spec()
+        if not tree_fits(spec):
+            raise DraftTreeError(
+                "RuntimeError: selected index k out of range "
+                f"(num_draft_tokens - 1 = {spec.num_draft_tokens - 1} > "
+                f"{spec.tree_capacity} draft candidates)"
+            )

@@ -1,0 +1,673 @@
+"""Hardware/model profiles of the twin: every constant of the performance model, read from YAML.
+
+A profile is a tree of frozen dataclasses mirroring twin-model.md §10 (schema) and §9 (the
+reference constants). :func:`load_profile` reads a built-in profile by name (the file stem in
+``rayspec/twin/profiles/``) or any YAML file of the same schema. Reading is strict: a missing,
+unknown or mistyped key raises :class:`ProfileError` naming the dotted key.
+
+Example::
+
+    profile = load_profile("kimi-k2.5-tp8-pcie")
+    profile.forward.C0_ms          # 8.255
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from rayspec.twin._errors import ProfileError
+
+__all__ = [
+    "AcceptanceProfile",
+    "AllreduceCostProfile",
+    "CostEntry",
+    "DetectedBandwidth",
+    "DrafterProfile",
+    "ForwardProfile",
+    "HardwareProfile",
+    "ModelProfile",
+    "MoeShape",
+    "NcclChoiceProfile",
+    "NoiseProfile",
+    "NthreadsLimits",
+    "Profile",
+    "SpeculativeProfile",
+    "TreeBandwidth",
+    "UncalibratedProfile",
+    "available_profiles",
+    "load_profile",
+]
+
+_PROFILE_PACKAGE = "rayspec.twin"
+_PROFILE_DIR = "profiles"
+_ALGOS_WITH_COSTS = ("Ring", "Tree")
+_PROTOCOLS = ("LL", "LL128", "Simple")
+_TRANSPORTS = ("P2P", "SHM", "NET")
+_ACCEPTANCE_KINDS = ("geometric", "flat", "per_depth")
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareProfile:
+    """The node: ranks, the ring's link path types and what the platform allows (§1, §9)."""
+
+    n_ranks: int
+    ring_link_paths: tuple[str, ...]
+    nvml_p2p_supported: bool
+    p2p_broken: bool
+    nvls_available: bool
+    collnet_available: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class DetectedBandwidth:
+    """NCCL's detected per-channel bandwidth and channel count (§4.1)."""
+
+    bw_GBps: float
+    nchannels: int
+
+
+@dataclasses.dataclass(frozen=True)
+class NthreadsLimits:
+    """``getNthreads`` clamping of ``NCCL_NTHREADS``."""
+
+    min: int
+    max: int
+    multiple: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeBandwidth:
+    """Tree bandwidth factors of NCCL's estimate (§4.1)."""
+
+    base: float
+    LL_div: float
+    LL128_mul: float
+    alg_mul: float
+
+
+@dataclasses.dataclass(frozen=True)
+class NcclChoiceProfile:
+    """NCCL's internal cost model, used only to predict which (algo, proto) it picks (§4.1)."""
+
+    link_class: str
+    default_p2p_level: str
+    path_order: tuple[str, ...]
+    legacy_levels: tuple[str, ...]
+    ll128_auto: bool
+    choice_uses_min_channels: bool
+    detected: DetectedBandwidth
+    detected_with_graph_file: DetectedBandwidth
+    max_channels_limit: int
+    nthreads: NthreadsLimits
+    base_lat_us: Mapping[str, Mapping[str, float]]
+    hw_lat_us: Mapping[str, Mapping[str, float]]
+    ll_max_bw_GBps: float
+    ll128_per_channel_bw_GBps: float
+    ll128_bw_factor: float
+    ring_ll_bw_factor: float
+    tree_bw: TreeBandwidth
+
+    def path_rank(self, path: str) -> int:
+        """Position of a path type in NCCL's order (``LOC`` is 0)."""
+        return self.path_order.index(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class CostEntry:
+    """Real cost of one (algo, proto) on an all-P2P ring: ``A + max(0, S - S0) / B`` (§4.2)."""
+
+    A_us: float
+    S0_B: float
+    B_GBps: float
+
+
+@dataclasses.dataclass(frozen=True)
+class AllreduceCostProfile:
+    """What an all-reduce really costs on the box (§4.2)."""
+
+    algos: Mapping[str, Mapping[str, CostEntry]]
+    hop_penalty_us: Mapping[str, float]
+    bw_factor: Mapping[str, float]
+    full_bw_min_channels: int
+    full_bw_min_threads: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeShape:
+    """Routed experts of a MoE target."""
+
+    n_experts: int
+    experts_per_token: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelProfile:
+    """Shape of the target model (§1, §5). ``moe`` is None for a dense model."""
+
+    architecture: str
+    hidden: int
+    layers: int
+    vocab: int
+    act_bytes: int
+    collectives_per_forward: int
+    moe: MoeShape | None
+    kv_bytes_per_token_layer: float
+    kv_bw_bytes_per_ms: float
+    calib_context: float
+
+    @property
+    def token_bytes(self) -> int:
+        """All-reduce payload of one token's activation (14,336 B on the reference)."""
+        return self.hidden * self.act_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardProfile:
+    """Forward-pass constants (§5), in ms."""
+
+    C0_ms: float
+    W0_ms: float
+    c_e_ms: float
+    p_tok_ms: float
+    flop_tok_ms: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculativeProfile:
+    """EAGLE-3 verify and draft overheads (§6.4, §6.5)."""
+
+    F_spec_ms: float
+    D0_ms: float
+    d_step_ms: float
+    draft_collectives_per_step: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceptanceProfile:
+    """Conditional acceptance by depth, before the ``mult`` scaling and the cap (§6.2).
+
+    ``kind`` is ``"geometric"`` (``a1 * rho**(j-1)``), ``"flat"`` (``a``) or ``"per_depth"``
+    (``per_depth[j-1]``, the last value repeating).
+    """
+
+    kind: str
+    a1: float = 0.0
+    rho: float = 0.0
+    a: float = 0.0
+    per_depth: tuple[float, ...] = ()
+
+    def base(self, depth: int) -> float:
+        """Acceptance at ``depth`` (1-based) for ``mult = 1``, uncapped."""
+        if self.kind == "geometric":
+            return self.a1 * self.rho ** (depth - 1)
+        if self.kind == "flat":
+            return self.a
+        return self.per_depth[min(depth, len(self.per_depth)) - 1]
+
+
+@dataclasses.dataclass(frozen=True)
+class DrafterProfile:
+    """The drafter's acceptance model (§6.2, §6.3)."""
+
+    acceptance: AcceptanceProfile
+    a_cap: float
+    tree_theta: float
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseProfile:
+    """Run-to-run noise (§8). All sigmas 0 means deterministic."""
+
+    sigma_time: float
+    sigma_accept: float
+    accept_floor: float
+    sigma_start: float
+
+    @classmethod
+    def off(cls) -> NoiseProfile:
+        """No noise at all (``noise: off`` in YAML)."""
+        return cls(sigma_time=0.0, sigma_accept=0.0, accept_floor=0.0, sigma_start=0.0)
+
+    @property
+    def enabled(self) -> bool:
+        return any((self.sigma_time, self.sigma_accept, self.sigma_start))
+
+
+@dataclasses.dataclass(frozen=True)
+class UncalibratedProfile:
+    """UNCALIBRATED placeholders for what the field measurements do not cover (§12 item 7)."""
+
+    prefill_base_ms: float
+    prefill_ms_per_token: float
+    startup_s: float
+    cuda_graph_capture_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """One hardware/model profile: every constant the twin's performance model uses."""
+
+    name: str
+    hardware: HardwareProfile
+    nccl_choice: NcclChoiceProfile
+    allreduce_cost: AllreduceCostProfile
+    model: ModelProfile
+    forward: ForwardProfile
+    speculative: SpeculativeProfile
+    drafter: DrafterProfile
+    noise: NoiseProfile
+    uncalibrated: UncalibratedProfile
+
+    def without_noise(self) -> Profile:
+        """The same profile with every noise sigma at 0 (for deterministic evaluation)."""
+        return dataclasses.replace(self, noise=NoiseProfile.off())
+
+    def with_acceptance(self, acceptance: AcceptanceProfile) -> Profile:
+        """The same profile with another drafter acceptance shape."""
+        return dataclasses.replace(
+            self, drafter=dataclasses.replace(self.drafter, acceptance=acceptance)
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def available_profiles() -> list[str]:
+    """Names of the built-in profiles (YAML file stems in ``rayspec/twin/profiles/``), sorted."""
+    root = resources.files(_PROFILE_PACKAGE).joinpath(_PROFILE_DIR)
+    return sorted(
+        entry.name.removesuffix(".yaml")
+        for entry in root.iterdir()
+        if entry.is_file() and entry.name.endswith(".yaml")
+    )
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """Load a built-in profile by name, or a profile YAML by path.
+
+    Args:
+        name_or_path: a built-in name such as ``"kimi-k2.5-tp8-pcie"``, or a path to a YAML file.
+
+    Returns:
+        The validated profile.
+
+    Raises:
+        ProfileError: the name is unknown, the file is missing or unreadable, or a key is
+            missing, unknown or of the wrong type (the message names the dotted key).
+    """
+    if name_or_path in available_profiles():
+        ref = resources.files(_PROFILE_PACKAGE).joinpath(_PROFILE_DIR, f"{name_or_path}.yaml")
+        text = ref.read_text(encoding="utf-8")
+        source = f"built-in profile {name_or_path!r}"
+    elif os.path.isfile(name_or_path):
+        try:
+            with open(name_or_path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise ProfileError(f"cannot read profile {name_or_path!r}: {exc}") from exc
+        source = f"profile file {name_or_path!r}"
+    else:
+        raise ProfileError(
+            f"unknown profile {name_or_path!r}: not a built-in name "
+            f"({', '.join(available_profiles())}) and no such file"
+        )
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{source} is not valid YAML: {exc}") from exc
+    return profile_from_dict(data, source=source)
+
+
+def profile_from_dict(data: Any, *, source: str = "profile") -> Profile:
+    """Build a :class:`Profile` from parsed YAML (strict: see :func:`load_profile`)."""
+    root = _Node(data, "", source)
+    profile = Profile(
+        name=root.get_str("profile"),
+        hardware=_hardware(root.node("hardware")),
+        nccl_choice=_nccl_choice(root.node("nccl_choice")),
+        allreduce_cost=_allreduce_cost(root.node("allreduce_cost")),
+        model=_model(root.node("model")),
+        forward=_forward(root.node("forward")),
+        speculative=_speculative(root.node("speculative")),
+        drafter=_drafter(root.node("drafter")),
+        noise=_noise(root),
+        uncalibrated=_uncalibrated(root.node("uncalibrated")),
+    )
+    root.done()
+    _cross_check(profile, source)
+    return profile
+
+
+class _Node:
+    """A mapping being read: remembers its dotted path and which keys were consumed."""
+
+    def __init__(self, data: Any, path: str, source: str) -> None:
+        if not isinstance(data, Mapping):
+            where = path or "top level"
+            raise ProfileError(f"{source}: {where} must be a mapping, got {_tname(data)}")
+        self.data = data
+        self.path = path
+        self.source = source
+        self.used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def error(self, name: str, message: str) -> ProfileError:
+        return ProfileError(f"{self.source}: key {self.key(name)!r} {message}")
+
+    def raw(self, name: str) -> Any:
+        self.used.add(name)
+        if name not in self.data:
+            raise self.error(name, "is missing")
+        return self.data[name]
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def node(self, name: str) -> _Node:
+        value = self.raw(name)
+        if not isinstance(value, Mapping):
+            raise self.error(name, f"must be a mapping, got {_tname(value)}")
+        return _Node(value, self.key(name), self.source)
+
+    def get_float(self, name: str, *, positive: bool = False, min_value: float = 0.0) -> float:
+        return _as_float(self.raw(name), self, name, positive=positive, min_value=min_value)
+
+    def get_int(self, name: str, *, min_value: int = 0) -> int:
+        value = self.raw(name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.error(name, f"must be an integer, got {_tname(value)} {value!r}")
+        if value < min_value:
+            raise self.error(name, f"must be >= {min_value}, got {value}")
+        return value
+
+    def get_bool(self, name: str) -> bool:
+        value = self.raw(name)
+        if not isinstance(value, bool):
+            raise self.error(name, f"must be true or false, got {_tname(value)} {value!r}")
+        return value
+
+    def get_str(self, name: str) -> str:
+        value = self.raw(name)
+        if not isinstance(value, str) or not value:
+            raise self.error(name, f"must be a non-empty string, got {_tname(value)} {value!r}")
+        return value
+
+    def get_str_list(self, name: str) -> tuple[str, ...]:
+        value = self.raw(name)
+        if not isinstance(value, list) or not value:
+            raise self.error(name, f"must be a non-empty list of strings, got {value!r}")
+        for item in value:
+            if not isinstance(item, str):
+                raise self.error(name, f"must hold strings only, got {item!r}")
+        return tuple(value)
+
+    def get_float_map(self, name: str, keys: tuple[str, ...]) -> dict[str, float]:
+        sub = self.node(name)
+        out = {k: sub.get_float(k) for k in keys}
+        sub.done()
+        return out
+
+    def done(self) -> None:
+        unknown = sorted(str(k) for k in self.data if k not in self.used)
+        if unknown:
+            raise self.error(unknown[0], "is not a known key")
+
+
+def _as_float(
+    value: Any, node: _Node, name: str, *, positive: bool = False, min_value: float = 0.0
+) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise node.error(name, f"must be a number, got {_tname(value)} {value!r}")
+    result = float(value)
+    if not math.isfinite(result):
+        raise node.error(name, f"must be finite, got {value!r}")
+    if positive and result <= 0:
+        raise node.error(name, f"must be > 0, got {value!r}")
+    if result < min_value:
+        raise node.error(name, f"must be >= {min_value}, got {value!r}")
+    return result
+
+
+def _tname(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _hardware(node: _Node) -> HardwareProfile:
+    out = HardwareProfile(
+        n_ranks=node.get_int("n_ranks", min_value=1),
+        ring_link_paths=node.get_str_list("ring_link_paths"),
+        nvml_p2p_supported=node.get_bool("nvml_p2p_supported"),
+        p2p_broken=node.get_bool("p2p_broken"),
+        nvls_available=node.get_bool("nvls_available"),
+        collnet_available=node.get_bool("collnet_available"),
+    )
+    node.done()
+    return out
+
+
+def _detected(node: _Node) -> DetectedBandwidth:
+    out = DetectedBandwidth(
+        bw_GBps=node.get_float("bw_GBps", positive=True), nchannels=node.get_int("nchannels", min_value=1)
+    )
+    node.done()
+    return out
+
+
+def _latency_table(node: _Node, name: str) -> dict[str, dict[str, float]]:
+    sub = node.node(name)
+    table = {algo: sub.get_float_map(algo, _PROTOCOLS) for algo in list(sub.data)}
+    sub.used.update(sub.data)
+    for algo in _ALGOS_WITH_COSTS:
+        if algo not in table:
+            raise sub.error(algo, "is missing")
+    return table
+
+
+def _nccl_choice(node: _Node) -> NcclChoiceProfile:
+    nt = node.node("nthreads")
+    nthreads = NthreadsLimits(
+        min=nt.get_int("min", min_value=1), max=nt.get_int("max", min_value=1),
+        multiple=nt.get_int("multiple", min_value=1),
+    )
+    nt.done()
+    tb = node.node("tree_bw")
+    tree_bw = TreeBandwidth(
+        base=tb.get_float("base", positive=True), LL_div=tb.get_float("LL_div", positive=True),
+        LL128_mul=tb.get_float("LL128_mul", positive=True), alg_mul=tb.get_float("alg_mul", positive=True),
+    )
+    tb.done()
+    out = NcclChoiceProfile(
+        link_class=node.get_str("link_class"),
+        default_p2p_level=node.get_str("default_p2p_level"),
+        path_order=node.get_str_list("path_order"),
+        legacy_levels=node.get_str_list("legacy_levels"),
+        ll128_auto=node.get_bool("ll128_auto"),
+        choice_uses_min_channels=node.get_bool("choice_uses_min_channels"),
+        detected=_detected(node.node("detected")),
+        detected_with_graph_file=_detected(node.node("detected_with_graph_file")),
+        max_channels_limit=node.get_int("max_channels_limit", min_value=1),
+        nthreads=nthreads,
+        base_lat_us=_latency_table(node, "base_lat_us"),
+        hw_lat_us=_latency_table(node, "hw_lat_us"),
+        ll_max_bw_GBps=node.get_float("ll_max_bw_GBps", positive=True),
+        ll128_per_channel_bw_GBps=node.get_float("ll128_per_channel_bw_GBps", positive=True),
+        ll128_bw_factor=node.get_float("ll128_bw_factor", positive=True),
+        ring_ll_bw_factor=node.get_float("ring_ll_bw_factor", positive=True),
+        tree_bw=tree_bw,
+    )
+    node.done()
+    for key, level in (("default_p2p_level", out.default_p2p_level),):
+        if level not in out.path_order:
+            raise node.error(key, f"must be one of nccl_choice.path_order, got {level!r}")
+    for level in out.legacy_levels:
+        if level not in out.path_order:
+            raise node.error("legacy_levels", f"holds {level!r}, which is not in path_order")
+    return out
+
+
+def _allreduce_cost(node: _Node) -> AllreduceCostProfile:
+    algos_node = node.node("algos")
+    algos: dict[str, dict[str, CostEntry]] = {}
+    for algo in list(algos_node.data):
+        per_proto = algos_node.node(str(algo))
+        entries: dict[str, CostEntry] = {}
+        for proto in _PROTOCOLS:
+            e = per_proto.node(proto)
+            entries[proto] = CostEntry(
+                A_us=e.get_float("A_us"), S0_B=e.get_float("S0_B"), B_GBps=e.get_float("B_GBps", positive=True)
+            )
+            e.done()
+        per_proto.done()
+        algos[str(algo)] = entries
+    for algo in _ALGOS_WITH_COSTS:
+        if algo not in algos:
+            raise algos_node.error(algo, "is missing")
+    out = AllreduceCostProfile(
+        algos=algos,
+        hop_penalty_us=node.get_float_map("hop_penalty_us", _TRANSPORTS),
+        bw_factor=node.get_float_map("bw_factor", ("SHM", "NET")),
+        full_bw_min_channels=node.get_int("full_bw_min_channels", min_value=1),
+        full_bw_min_threads=node.get_int("full_bw_min_threads", min_value=1),
+    )
+    node.done()
+    return out
+
+
+def _model(node: _Node) -> ModelProfile:
+    moe: MoeShape | None = None
+    if node.raw("moe") is not None:
+        m = node.node("moe")
+        moe = MoeShape(
+            n_experts=m.get_int("n_experts", min_value=1),
+            experts_per_token=m.get_int("experts_per_token", min_value=1),
+        )
+        m.done()
+        if moe.experts_per_token > moe.n_experts:
+            raise node.error("moe.experts_per_token", "must not exceed moe.n_experts")
+    out = ModelProfile(
+        architecture=node.get_str("architecture"),
+        hidden=node.get_int("hidden", min_value=1),
+        layers=node.get_int("layers", min_value=1),
+        vocab=node.get_int("vocab", min_value=1),
+        act_bytes=node.get_int("act_bytes", min_value=1),
+        collectives_per_forward=node.get_int("collectives_per_forward"),
+        moe=moe,
+        kv_bytes_per_token_layer=node.get_float("kv_bytes_per_token_layer"),
+        kv_bw_bytes_per_ms=node.get_float("kv_bw_bytes_per_ms", positive=True),
+        calib_context=node.get_float("calib_context"),
+    )
+    node.done()
+    return out
+
+
+def _forward(node: _Node) -> ForwardProfile:
+    out = ForwardProfile(
+        C0_ms=node.get_float("C0_ms"), W0_ms=node.get_float("W0_ms"), c_e_ms=node.get_float("c_e_ms"),
+        p_tok_ms=node.get_float("p_tok_ms"), flop_tok_ms=node.get_float("flop_tok_ms"),
+    )
+    node.done()
+    if out.W0_ms > out.C0_ms:
+        raise node.error("W0_ms", f"must not exceed forward.C0_ms ({out.C0_ms})")
+    return out
+
+
+def _speculative(node: _Node) -> SpeculativeProfile:
+    out = SpeculativeProfile(
+        F_spec_ms=node.get_float("F_spec_ms"), D0_ms=node.get_float("D0_ms"),
+        d_step_ms=node.get_float("d_step_ms"),
+        draft_collectives_per_step=node.get_int("draft_collectives_per_step"),
+    )
+    node.done()
+    return out
+
+
+def _probability(node: _Node, name: str, value: Any) -> float:
+    result = _as_float(value, node, name)
+    if result > 1.0:
+        raise node.error(name, f"must be a probability in [0, 1], got {value!r}")
+    return result
+
+
+def _acceptance(node: _Node) -> AcceptanceProfile:
+    kind = node.get_str("kind")
+    if kind == "geometric":
+        out = AcceptanceProfile(
+            kind=kind, a1=_probability(node, "a1", node.raw("a1")), rho=node.get_float("rho")
+        )
+    elif kind == "flat":
+        out = AcceptanceProfile(kind=kind, a=_probability(node, "a", node.raw("a")))
+    elif kind == "per_depth":
+        values = node.raw("a")
+        if not isinstance(values, list) or not values:
+            raise node.error("a", f"must be a non-empty list for kind per_depth, got {values!r}")
+        out = AcceptanceProfile(
+            kind=kind, per_depth=tuple(_probability(node, "a", v) for v in values)
+        )
+    else:
+        raise node.error("kind", f"must be one of {', '.join(_ACCEPTANCE_KINDS)}, got {kind!r}")
+    node.done()
+    return out
+
+
+def _drafter(node: _Node) -> DrafterProfile:
+    out = DrafterProfile(
+        acceptance=_acceptance(node.node("acceptance")),
+        a_cap=_probability(node, "a_cap", node.raw("a_cap")),
+        tree_theta=_probability(node, "tree_theta", node.raw("tree_theta")),
+    )
+    node.done()
+    return out
+
+
+def _noise(root: _Node) -> NoiseProfile:
+    if root.raw("noise") is False:  # YAML `noise: off`
+        return NoiseProfile.off()
+    node = root.node("noise")
+    out = NoiseProfile(
+        sigma_time=node.get_float("sigma_time"), sigma_accept=node.get_float("sigma_accept"),
+        accept_floor=node.get_float("accept_floor"), sigma_start=node.get_float("sigma_start"),
+    )
+    node.done()
+    return out
+
+
+def _uncalibrated(node: _Node) -> UncalibratedProfile:
+    out = UncalibratedProfile(
+        prefill_base_ms=node.get_float("prefill_base_ms"),
+        prefill_ms_per_token=node.get_float("prefill_ms_per_token"),
+        startup_s=node.get_float("startup_s"),
+        cuda_graph_capture_s=node.get_float("cuda_graph_capture_s"),
+    )
+    node.done()
+    return out
+
+
+def _cross_check(profile: Profile, source: str) -> None:
+    order = profile.nccl_choice.path_order
+    for path in profile.hardware.ring_link_paths:
+        if path not in order:
+            raise ProfileError(
+                f"{source}: key 'hardware.ring_link_paths' holds {path!r}, which is not in "
+                f"nccl_choice.path_order ({', '.join(order)})"
+            )
+    if len(profile.hardware.ring_link_paths) != profile.hardware.n_ranks:
+        raise ProfileError(
+            f"{source}: key 'hardware.ring_link_paths' must list one path per ring link "
+            f"(n_ranks = {profile.hardware.n_ranks}), got {len(profile.hardware.ring_link_paths)}"
+        )
+    for algo in profile.allreduce_cost.algos:
+        if algo not in profile.nccl_choice.base_lat_us or algo not in profile.nccl_choice.hw_lat_us:
+            raise ProfileError(
+                f"{source}: key 'allreduce_cost.algos.{algo}' has no latency entry in "
+                "nccl_choice.base_lat_us / nccl_choice.hw_lat_us"
+            )
