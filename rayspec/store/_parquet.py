@@ -1,0 +1,228 @@
+"""Parquet trial store: one small file per trial, written atomically (stack-notes §6).
+
+Layout under the study folder ``<out>``::
+
+    <out>/trials/trial-000012.parquet      one row per trial
+    <out>/requests/trial-000012.parquet    one row per request of that trial
+
+Every metric is float64 from the start and optional strings have an explicit type, so files
+written by different trials always unify; readers inspect every file (``promote_options=
+"permissive"``), never just the first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from rayspec._exceptions import StoreError
+from rayspec._types import RequestRecord
+from rayspec._types import TrialResult
+from rayspec.store._base import BaseTrialStore
+
+__all__ = ["ParquetTrialStore", "TRIAL_SCHEMA", "REQUEST_SCHEMA"]
+
+TRIAL_SCHEMA = pa.schema(
+    [
+        ("trial", pa.int64()),
+        ("state", pa.string()),
+        ("value", pa.float64()),
+        ("failure", pa.string()),
+        ("failure_detail", pa.string()),
+        ("candidate", pa.string()),
+        ("candidate_key", pa.string()),
+        ("params", pa.string()),  # JSON of the Optuna parameters
+        ("env", pa.string()),  # JSON of the variables set for the server
+        ("unset_env", pa.string()),  # JSON list of the variables removed
+        ("command", pa.string()),  # JSON argv
+        ("engine", pa.string()),
+        ("node", pa.string()),
+        ("spec_algorithm", pa.string()),
+        ("spec_num_steps", pa.float64()),
+        ("spec_eagle_topk", pa.float64()),
+        ("spec_num_draft_tokens", pa.float64()),
+        ("start_unix_s", pa.float64()),
+        ("end_unix_s", pa.float64()),
+        ("duration_s", pa.float64()),
+        ("log_path", pa.string()),
+        ("log_tail", pa.string()),
+        ("server_info", pa.string()),
+        ("note", pa.string()),
+        ("rayspec_version", pa.string()),
+    ]
+)
+"""Fixed columns; every entry of ``TrialResult.metrics`` adds a float64 column after them."""
+
+REQUEST_SCHEMA = pa.schema(
+    [
+        ("trial", pa.int64()),
+        ("scenario", pa.string()),
+        ("run", pa.int64()),
+        ("index", pa.int64()),
+        ("concurrency", pa.int64()),
+        ("prompt_tokens", pa.float64()),
+        ("completion_tokens", pa.float64()),
+        ("ttft_ms", pa.float64()),
+        ("e2e_ms", pa.float64()),
+        ("tpot_ms", pa.float64()),
+        ("output_tok_s", pa.float64()),
+        ("itl_ms", pa.list_(pa.float64())),
+        ("spec_verify_ct", pa.float64()),
+        ("accept_length", pa.float64()),
+        ("start_unix_s", pa.float64()),
+        ("error", pa.string()),
+    ]
+)
+
+
+def _write_atomic(folder: str, name: str, table: pa.Table) -> str:
+    os.makedirs(folder, exist_ok=True)
+    final = os.path.join(folder, name)
+    tmp = os.path.join(folder, f".{name}.tmp")  # '.'-prefixed: invisible to readers
+    with open(tmp, "wb") as fh:
+        pq.write_table(table, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    dirfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+    return final
+
+
+def _read_folder(folder: str, schema: pa.Schema) -> pa.Table:
+    if not os.path.isdir(folder) or not any(
+        f.endswith(".parquet") and not f.startswith((".", "_")) for f in os.listdir(folder)
+    ):
+        return schema.empty_table()
+    factory = ds.FileSystemDatasetFactory(
+        pafs.LocalFileSystem(),
+        pafs.FileSelector(os.path.abspath(folder)),
+        ds.ParquetFileFormat(),
+        ds.FileSystemFactoryOptions(selector_ignore_prefixes=[".", "_"]),
+    )
+    unified = factory.inspect(promote_options="permissive")  # looks at every file
+    return factory.finish(unified).to_table()
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
+    rows = [
+        {
+            "trial": trial,
+            "scenario": r.scenario,
+            "run": r.run,
+            "index": r.index,
+            "concurrency": r.concurrency,
+            "prompt_tokens": float(r.prompt_tokens),
+            "completion_tokens": float(r.completion_tokens),
+            "ttft_ms": float(r.ttft_ms),
+            "e2e_ms": float(r.e2e_ms),
+            "tpot_ms": float(r.tpot_ms),
+            "output_tok_s": float(r.output_tok_s),
+            "itl_ms": [float(x) for x in r.itl_ms],
+            "spec_verify_ct": _float(r.spec_verify_ct),
+            "accept_length": _float(r.accept_length),
+            "start_unix_s": float(r.start_unix_s),
+            "error": r.error,
+        }
+        for r in records
+    ]
+    return pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
+
+
+def trial_row(result: TrialResult, extra: Mapping[str, object] | None = None) -> pa.Table:
+    from rayspec import __version__
+
+    launch = result.launch
+    spec = result.candidate.spec
+    row: dict[str, Any] = {
+        "trial": result.trial,
+        "state": result.state,
+        "value": _float(result.value),
+        "failure": result.failure,
+        "failure_detail": result.failure_detail or None,
+        "candidate": result.candidate.label(),
+        "candidate_key": None,
+        "params": None,
+        "env": json.dumps(dict(launch.env)) if launch else json.dumps(result.candidate.env),
+        "unset_env": json.dumps(list(launch.unset_env)) if launch else None,
+        "command": json.dumps(list(launch.argv)) if launch else None,
+        "engine": launch.engine if launch else None,
+        "node": result.node or None,
+        "spec_algorithm": spec.algorithm if spec else None,
+        "spec_num_steps": _float(spec.num_steps) if spec else None,
+        "spec_eagle_topk": _float(spec.eagle_topk) if spec else None,
+        "spec_num_draft_tokens": _float(spec.num_draft_tokens) if spec else None,
+        "start_unix_s": float(result.start_unix_s),
+        "end_unix_s": float(result.end_unix_s),
+        "duration_s": float(result.end_unix_s - result.start_unix_s),
+        "log_path": launch.log_path if launch else None,
+        "log_tail": result.log_tail or None,
+        "server_info": result.server_info or None,
+        "note": None,
+        "rayspec_version": __version__,
+    }
+    for key, value in (extra or {}).items():
+        if key not in row:
+            raise StoreError(f"unknown trial column {key!r}")
+        row[key] = value
+    fields = list(TRIAL_SCHEMA)
+    for key in sorted(result.metrics):
+        if key in row:
+            raise StoreError(f"metric {key!r} collides with a fixed trial column")
+        row[key] = _float(result.metrics[key])
+        fields.append(pa.field(key, pa.float64()))
+    return pa.Table.from_pylist([row], schema=pa.schema(fields))
+
+
+class ParquetTrialStore(BaseTrialStore):
+    """Trials and requests as Parquet files under one study folder.
+
+    Example::
+
+        store = ParquetTrialStore("runs/eagle3-twin")
+        store.append_trial(result)
+        store.load_trials().to_pylist()
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.trials_dir = os.path.join(root, "trials")
+        self.requests_dir = os.path.join(root, "requests")
+
+    def append_trial(self, result: TrialResult, extra: dict[str, object] | None = None) -> str:
+        name = f"trial-{result.trial:06d}.parquet"
+        try:
+            # Requests first: a trial row never points at request rows that do not exist.
+            if result.requests:
+                _write_atomic(self.requests_dir, name, request_rows(result.trial, result.requests))
+            return _write_atomic(self.trials_dir, name, trial_row(result, extra))
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(
+                f"cannot write trial {result.trial} under {self.root}: {exc}"
+            ) from exc
+
+    def load_trials(self) -> pa.Table:
+        try:
+            return _read_folder(self.trials_dir, TRIAL_SCHEMA)
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"cannot read {self.trials_dir}: {exc}") from exc
+
+    def load_requests(self) -> pa.Table:
+        try:
+            return _read_folder(self.requests_dir, REQUEST_SCHEMA)
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(f"cannot read {self.requests_dir}: {exc}") from exc
