@@ -1,1 +1,53 @@
-"""rayspec.server."""
+"""rayspec.server: start, watch, classify and tear down one server per trial.
+
+Public names:
+
+- :class:`BaseServerBackend` (with :class:`ServerState`), :class:`SGLangBackend`,
+  :class:`TwinBackend` and :func:`backend_for`: one server process tree each.
+- :class:`ServerActor`: the Ray actor that owns a backend on a node with the trial's GPUs.
+- :func:`classify_failure` and :class:`Phase`: a failure's :class:`~rayspec.FailureReason`
+  from SGLang's real log lines.
+- :func:`parse_decode_line`, :func:`parse_decode_lines`, :func:`parse_startup_summary`,
+  :class:`DecodeBatch`, :class:`StartupSummary`: tolerant log parsers.
+- :func:`start_process`, :func:`stop_process` and :class:`ProcessInfo`: the process layer.
+"""
+
+from __future__ import annotations
+
+from rayspec.server._actor import ServerActor
+from rayspec.server._backends import SGLangBackend
+from rayspec.server._backends import TwinBackend
+from rayspec.server._backends import backend_for
+from rayspec.server._base import BaseServerBackend
+from rayspec.server._base import ServerState
+from rayspec.server._classify import Phase
+from rayspec.server._classify import classify_failure
+from rayspec.server._logparse import DecodeBatch
+from rayspec.server._logparse import StartupSummary
+from rayspec.server._logparse import parse_decode_line
+from rayspec.server._logparse import parse_decode_lines
+from rayspec.server._logparse import parse_exit_status
+from rayspec.server._logparse import parse_startup_summary
+from rayspec.server._process import ProcessInfo
+from rayspec.server._process import start_process
+from rayspec.server._process import stop_process
+
+__all__ = [
+    "BaseServerBackend",
+    "DecodeBatch",
+    "Phase",
+    "ProcessInfo",
+    "SGLangBackend",
+    "ServerActor",
+    "ServerState",
+    "StartupSummary",
+    "TwinBackend",
+    "backend_for",
+    "classify_failure",
+    "parse_decode_line",
+    "parse_decode_lines",
+    "parse_exit_status",
+    "parse_startup_summary",
+    "start_process",
+    "stop_process",
+]

@@ -1,0 +1,109 @@
+"""Why a server failed, read from SGLang's real failure lines (a pure function).
+
+The texts come from reference/sglang-contract.md §4.4, §4.5 and §6.5 and from the NCCL
+failure classes of reference/twin-model.md §3.3. The table is ordered: the first rule whose
+pattern occurs in the log wins, so a more specific cause sits above a more general one (a
+graph capture that failed because of an OOM is reported as the graph capture, whose remedy
+differs; NCCL's "no algorithm" error is also an ``ncclInvalidUsage`` and must beat the init
+rule). When no rule matches, the phase decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+
+from rayspec._exceptions import FailureReason
+
+
+class Phase(str, enum.Enum):
+    """When the failure was observed."""
+
+    STARTUP = "startup"  # the server exited before it became ready
+    TIMEOUT = "timeout"  # it neither exited nor became ready within the startup timeout
+    SERVING = "serving"  # it exited after it had become ready
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rule:
+    pattern: re.Pattern[str]
+    reason: FailureReason
+    returncode: int | None = None  # required exit status, if any
+    phases: frozenset[Phase] = frozenset(Phase)
+
+
+_RULES: tuple[_Rule, ...] = (
+    # §4.5: tree budget exceeded, torch.topk fails at the first speculative decode.
+    _Rule(re.compile(r"selected index k out of range"), FailureReason.INVALID_DRAFT_TREE),
+    # twin-model §3.3 / NCCL src/enqueue.cc: nothing usable left in NCCL_ALGO x NCCL_PROTO.
+    _Rule(
+        re.compile(r"no algorithm/protocol available", re.IGNORECASE),
+        FailureReason.NCCL_FIRST_COLLECTIVE,
+    ),
+    # NCCL "invalid usage" at communicator init (unknown NCCL_PROTO/NCCL_ALGO token).
+    _Rule(
+        re.compile(r"ncclInvalidUsage|NCCL error.*invalid usage", re.IGNORECASE),
+        FailureReason.NCCL_INIT,
+    ),
+    # §6.5: decode_cuda_graph_runner "Capture cuda graph failed: {e}".
+    _Rule(re.compile(r"Capture cuda graph failed", re.IGNORECASE), FailureReason.CUDA_GRAPH_CAPTURE),
+    # §6.5: torch OOM inside the scheduler traceback; KV pool too small.
+    _Rule(
+        re.compile(r"CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase"),
+        FailureReason.OUT_OF_MEMORY,
+    ),
+    # argparse: "usage: ...\nlaunch_server.py: error: unrecognized arguments: ..." and exit 2.
+    _Rule(
+        re.compile(r"(?m)^(?:usage: |\S+: error: )"),
+        FailureReason.ARGUMENT_ERROR,
+        returncode=2,
+        phases=frozenset({Phase.STARTUP}),
+    ),
+    # §4.4: resolution-time failures of the speculative flags (exit 1, before any weights).
+    _Rule(
+        re.compile(
+            r"Unknown speculative algorithm name"
+            r"|TypeError: '>' not supported between instances of 'NoneType' and 'int'"
+        ),
+        FailureReason.ARGUMENT_ERROR,
+        phases=frozenset({Phase.STARTUP}),
+    ),
+)
+
+_FALLBACK = {
+    Phase.STARTUP: FailureReason.STARTUP_CRASH,
+    Phase.TIMEOUT: FailureReason.NEVER_READY,
+    Phase.SERVING: FailureReason.CRASH_MID_BENCHMARK,
+}
+
+
+def classify_failure(log_text: str, returncode: int | None, phase: str | Phase) -> FailureReason:
+    """Classify a server failure from its log, its exit status and when it happened.
+
+    Args:
+        log_text: the server log (or its tail; the last MiB is plenty).
+        returncode: the exit status (negative for a signal), or None if it did not exit.
+        phase: ``"startup"`` (exited before ready), ``"timeout"`` (never ready, still
+            running) or ``"serving"`` (exited after ready).
+
+    Returns:
+        The most specific :class:`FailureReason` the evidence supports.
+
+    Raises:
+        ValueError: ``phase`` is not one of the three.
+
+    Example::
+
+        >>> classify_failure("RuntimeError: selected index k out of range", 1, "startup")
+        <FailureReason.INVALID_DRAFT_TREE: 'invalid_draft_tree'>
+    """
+    phase = Phase(phase)
+    for rule in _RULES:
+        if phase not in rule.phases:
+            continue
+        if rule.returncode is not None and rule.returncode != returncode:
+            continue
+        if rule.pattern.search(log_text):
+            return rule.reason
+    return _FALLBACK[phase]

@@ -1,0 +1,278 @@
+"""Starting and stopping a server process tree: the only module of rayspec that calls Popen.
+
+A server never runs as a direct child of its owner (the Ray actor). :func:`start_process`
+starts the detached reaper of :mod:`rayspec.server._reaper`, which starts the server and tears
+its whole tree down when the owner dies, when the server exits, or when :func:`stop_process`
+asks. No shell is involved anywhere: argv is a list and the environment travels as JSON.
+
+Example::
+
+    info = start_process(launch)            # returns once the server process exists
+    try:
+        ...                                 # poll readiness over HTTP
+    finally:
+        stop_process(info, timeout_s=20.0)  # the whole tree is gone when this returns True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import select
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rayspec._exceptions import FailureReason
+from rayspec._exceptions import LaunchError
+from rayspec.server import _reaper
+
+if TYPE_CHECKING:
+    from rayspec._types import LaunchSpec
+
+_logger = logging.getLogger(__name__)
+
+_REAPER_SCRIPT = _reaper.__file__
+_HANDSHAKE_TIMEOUT_S = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessInfo:
+    """A started server: the reaper that owns it, the server itself, and its log.
+
+    Attributes:
+        reaper_pid: the detached reaper; its exit means the whole tree is gone.
+        server_pid: the process started from ``LaunchSpec.argv`` (a child of the reaper).
+        log_path: the file that receives the server's stdout and stderr.
+        started_unix_s: when the server was started.
+    """
+
+    reaper_pid: int
+    server_pid: int
+    log_path: str
+    started_unix_s: float
+
+
+def server_environment(
+    launch: LaunchSpec, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The exact environment the server gets: ``base`` (default ``os.environ``) plus
+    ``launch.env``, minus ``launch.unset_env``.
+
+    Raises:
+        LaunchError: a variable name is not a valid identifier, a value holds a NUL byte, or
+            a name is both set and unset.
+    """
+    env = dict(os.environ if base is None else base)
+    updates = launch.env_dict
+    for name in (*updates, *launch.unset_env):
+        if not (name.isascii() and name.isidentifier()):
+            raise LaunchError(
+                f"invalid environment variable name {name!r}: use letters, digits and "
+                "underscores, not starting with a digit",
+                reason=FailureReason.INFEASIBLE,
+            )
+    for name, value in updates.items():
+        if "\0" in value:
+            raise LaunchError(
+                f"environment variable {name} holds a NUL byte", reason=FailureReason.INFEASIBLE
+            )
+    both = sorted(set(updates) & set(launch.unset_env))
+    if both:
+        raise LaunchError(
+            f"environment variables both set and unset: {', '.join(both)}",
+            reason=FailureReason.INFEASIBLE,
+        )
+    for name in launch.unset_env:
+        env.pop(name, None)
+    env.update(updates)
+    return env
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise :class:`LaunchError` if something already listens on ``host:port``.
+
+    The probe binds with ``SO_REUSEADDR``, as uvicorn does, so a port in TIME_WAIT counts
+    as free and only a live listener (or a foreign bind) counts as taken.
+    """
+    if not 0 < port < 65536:
+        raise LaunchError(f"port {port} is out of range 1..65535", reason=FailureReason.INFEASIBLE)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise LaunchError(
+            f"cannot resolve server host {host!r}: {exc}", reason=FailureReason.INFEASIBLE
+        ) from exc
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise LaunchError(
+                f"port {port} on {host} is already in use ({exc.strerror}); stop whatever "
+                "listens there or choose another port",
+                reason=FailureReason.UNKNOWN,  # not the candidate's fault
+            ) from exc
+
+
+def start_process(
+    launch: LaunchSpec, owner_pid: int | None = None, grace_s: float = 10.0
+) -> ProcessInfo:
+    """Start ``launch.argv`` under a detached reaper, output to ``launch.log_path``.
+
+    The log file is truncated and begins with one ``[rayspec] launch:`` line naming the
+    command. The server's environment is :func:`server_environment` of the caller's.
+
+    Args:
+        launch: what to run.
+        owner_pid: the process whose death tears the server down (default: this process).
+        grace_s: how long the reaper waits after SIGTERM before it SIGKILLs the tree.
+
+    Returns:
+        The pids and the log path, once the server process exists.
+
+    Raises:
+        LaunchError: the port is taken, the environment is invalid, or the reaper could not
+            start the command (e.g. the executable does not exist).
+    """
+    if not launch.argv:
+        raise LaunchError("empty argv", reason=FailureReason.INFEASIBLE)
+    env = server_environment(launch)
+    check_port_free(launch.host, launch.port)
+    log = Path(launch.log_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as fh:
+        fh.write(f"[rayspec] launch: {shlex.join(launch.argv)}\n".encode())
+    cmd = [
+        sys.executable,
+        "-I",
+        "-S",
+        _REAPER_SCRIPT,
+        str(os.getpid() if owner_pid is None else owner_pid),
+        repr(float(grace_s)),
+        str(log),
+        "--",
+        *launch.argv,
+    ]
+    with open(log, "ab") as err:
+        proc = subprocess.Popen(  # the reaper's own env: ours, untouched
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            close_fds=True,
+        )
+    try:
+        out, _ = proc.communicate(json.dumps(env).encode(), timeout=_HANDSHAKE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.wait()
+        raise LaunchError(
+            f"the reaper did not answer within {_HANDSHAKE_TIMEOUT_S:g} s",
+            reason=FailureReason.STARTUP_CRASH,
+        ) from exc
+    line = out.decode(errors="replace").strip()
+    parts = line.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise LaunchError(
+            f"could not start {launch.argv[0]!r}: {line or 'the reaper exited silently'}",
+            reason=FailureReason.STARTUP_CRASH,
+            returncode=proc.returncode if proc.returncode else None,
+        )
+    info = ProcessInfo(int(parts[0]), int(parts[1]), str(log), time.time())
+    _logger.debug("started server pid %d under reaper pid %d", info.server_pid, info.reaper_pid)
+    return info
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, ppid) of ``pid`` from /proc, or None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(")") + 2 :].split()
+    return fields[0], int(fields[1])
+
+
+def is_alive(info: ProcessInfo) -> bool:
+    """Whether the server process still runs (a zombie, or a reused pid, counts as dead)."""
+    st = _stat(info.server_pid)
+    return st is not None and st[0] not in ("Z", "X") and st[1] == info.reaper_pid
+
+
+def reaper_alive(info: ProcessInfo) -> bool:
+    """Whether the reaper (and so possibly part of the tree) still exists."""
+    st = _stat(info.reaper_pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants that exist now (empty if ``pid`` is gone)."""
+    if _stat(pid) is None:
+        return []
+    return [pid, *_reaper.descendants(pid)]
+
+
+def pids_alive(pids: Iterable[int]) -> list[int]:
+    """The pids of ``pids`` that still exist as non-zombie processes."""
+    alive = []
+    for pid in pids:
+        st = _stat(pid)
+        if st is not None and st[0] not in ("Z", "X"):
+            alive.append(pid)
+    return alive
+
+
+def wait_reaper(info: ProcessInfo, timeout_s: float) -> bool:
+    """Wait until the reaper has exited (then the whole tree is gone); True if it has."""
+    try:
+        fd = os.pidfd_open(info.reaper_pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], max(timeout_s, 0.0))[0])
+    finally:
+        os.close(fd)
+
+
+def stop_process(info: ProcessInfo, timeout_s: float = 20.0) -> bool:
+    """Ask the reaper to tear the tree down, and wait for it.
+
+    The reaper SIGTERMs the tree, waits its grace period and SIGKILLs the rest. If the reaper
+    itself has not exited within ``timeout_s``, every process left in its tree is SIGKILLed
+    from here.
+
+    Returns:
+        True if the reaper exited within ``timeout_s`` (the normal case).
+    """
+    try:
+        fd = os.pidfd_open(info.reaper_pid)
+    except ProcessLookupError:
+        return True  # already gone: the server exited and the reaper cleaned up
+    try:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(fd, signal.SIGTERM)
+        if select.select([fd], [], [], timeout_s)[0]:
+            return True
+        _logger.warning(
+            "reaper %d did not exit within %g s; SIGKILLing its tree", info.reaper_pid, timeout_s
+        )
+        for pid in reversed(process_tree(info.reaper_pid)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        select.select([fd], [], [], 5.0)
+        return False
+    finally:
+        os.close(fd)
