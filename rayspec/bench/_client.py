@@ -1,0 +1,398 @@
+"""An async httpx client that streams one request and times every token it receives.
+
+Two endpoints are supported:
+
+- ``generate``: SGLang's native ``POST /generate`` with ``stream: true``. Every SSE chunk
+  carries the *cumulative* ``text``/``output_ids`` and ``meta_info.completion_tokens``, so the
+  tokens a chunk adds are the increase of ``completion_tokens`` (several at once under
+  speculative decoding). The final chunk carries ``spec_verify_ct`` when speculation is on.
+- ``completions``: ``POST /v1/completions`` with ``stream_options.include_usage`` and
+  ``continuous_usage_stats``; chunks carry delta text and (with continuous usage) a cumulative
+  ``usage.completion_tokens``. Without usage on a chunk, a chunk with text counts as one
+  token. ``sglext.spec_tokens_details.spec_verify_ct`` is read when the server sends it.
+
+Timing follows ``sglang.bench_serving``: TTFT is the time from sending the request to the first
+chunk that carries tokens; each later chunk's gap since the previous token-carrying chunk is
+split evenly over the tokens it added (so ``len(itl_ms)`` is the completion tokens minus those
+of the first chunk, and ``sum(itl_ms)`` is the time from the first to the last token).
+
+Failures are typed (:class:`~rayspec.StreamStalled` for a read timeout or the whole-request
+deadline, :class:`~rayspec.BenchError` with ``reason=CRASH_MID_BENCHMARK`` for a cut or refused
+connection). :meth:`StreamClient.measure` turns them into a recorded error instead; whether a
+failure is fatal is the caller's decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from typing import Any
+
+import httpx
+
+from rayspec._exceptions import BenchError
+from rayspec._exceptions import FailureReason
+from rayspec._exceptions import StreamStalled
+from rayspec._types import RequestRecord
+
+_CONNECTION_ERRORS = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.CloseError,
+)
+
+
+@dataclasses.dataclass
+class _Timeline:
+    """Token arrival bookkeeping for one stream (mutable, private to one request)."""
+
+    t0: float
+    tokens: int = 0
+    ttft_s: float | None = None
+    last_s: float = 0.0
+    itl_s: list[float] = dataclasses.field(default_factory=list)
+
+    def advance(self, now: float, cumulative_tokens: int) -> None:
+        new = cumulative_tokens - self.tokens
+        if new <= 0:
+            return
+        if self.ttft_s is None:
+            self.ttft_s = now - self.t0
+        else:
+            gap = (now - self.last_s) / new
+            self.itl_s.extend([gap] * new)
+        self.tokens = cumulative_tokens
+        self.last_s = now
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamResult:
+    """What one successful stream measured (seconds, ``time.perf_counter`` based)."""
+
+    t0: float
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_s: float
+    e2e_s: float
+    itl_s: tuple[float, ...]
+    spec_verify_ct: int | None
+    chunks: int
+
+
+class _Partial(Exception):
+    """Carries the timeline of a stream that failed, next to the typed error."""
+
+    def __init__(
+        self,
+        error: BenchError,
+        timeline: _Timeline,
+        now: float,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.timeline = timeline
+        self.now = now
+        self.cause = cause
+
+
+def failure_message(reason: FailureReason, message: str) -> str:
+    """The ``RequestRecord.error`` text: ``"<reason value>: <message>"``.
+
+    The prefix is a :class:`~rayspec.FailureReason` value, so :func:`failure_of` can classify a
+    recorded error without guessing from free text.
+    """
+    return f"{reason.value}: {message}"
+
+
+def failure_of(record: RequestRecord) -> FailureReason | None:
+    """The class of a recorded request error (None for a successful request)."""
+    if record.error is None:
+        return None
+    head, _, _ = record.error.partition(": ")
+    try:
+        return FailureReason(head)
+    except ValueError:
+        return FailureReason.UNKNOWN
+
+
+class StreamClient:
+    """One httpx connection pool that streams requests to one server.
+
+    Args:
+        base_url: e.g. ``"http://127.0.0.1:30000"``.
+        max_streams: the most requests in flight at once; the pool holds that many connections
+            (``httpx.Limits()``'s default of 100/20 queues longer streams, stack-notes §8).
+        endpoint: ``"generate"`` or ``"completions"``.
+        read_timeout_s: the longest gap allowed between two chunks.
+        request_timeout_s: deadline for one whole request.
+        temperature, ignore_eos, model: request fields.
+
+    Use it as an async context manager::
+
+        async with StreamClient("http://127.0.0.1:30000", max_streams=1) as client:
+            result = await client.stream("Hello", max_tokens=16)
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_streams: int = 1,
+        endpoint: str = "generate",
+        read_timeout_s: float = 30.0,
+        request_timeout_s: float = 600.0,
+        temperature: float = 0.0,
+        ignore_eos: bool = True,
+        model: str = "default",
+    ) -> None:
+        if endpoint not in ("generate", "completions"):
+            raise ValueError(f"endpoint={endpoint!r}: expected 'generate' or 'completions'")
+        if max_streams < 1:
+            raise ValueError(f"max_streams={max_streams!r}: expected >= 1")
+        self.base_url = base_url.rstrip("/")
+        self.endpoint = endpoint
+        self.read_timeout_s = float(read_timeout_s)
+        self.request_timeout_s = float(request_timeout_s)
+        self.temperature = float(temperature)
+        self.ignore_eos = ignore_eos
+        self.model = model
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            trust_env=False,
+            limits=httpx.Limits(
+                max_connections=max_streams, max_keepalive_connections=max_streams
+            ),
+            timeout=httpx.Timeout(connect=5.0, read=self.read_timeout_s, write=10.0, pool=None),
+        )
+        # One (unix, perf_counter) anchor: start stamps keep perf_counter's precision.
+        self._anchor_unix = time.time()
+        self._anchor_perf = time.perf_counter()
+
+    async def __aenter__(self) -> StreamClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The underlying client (for small non-streaming calls such as ``/flush_cache``)."""
+        return self._client
+
+    def unix_time(self, perf: float) -> float:
+        """Convert a ``time.perf_counter()`` value of this process to a unix timestamp."""
+        return self._anchor_unix + (perf - self._anchor_perf)
+
+    def _payload(self, prompt: str, max_tokens: int) -> tuple[str, dict[str, Any]]:
+        if self.endpoint == "generate":
+            return "/generate", {
+                "text": prompt,
+                "sampling_params": {
+                    "max_new_tokens": max_tokens,
+                    "temperature": self.temperature,
+                    "ignore_eos": self.ignore_eos,
+                },
+                "stream": True,
+            }
+        return "/v1/completions", {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+            "ignore_eos": self.ignore_eos,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "return_spec_tokens_details": True,
+        }
+
+    async def stream(self, prompt: str, max_tokens: int) -> StreamResult:
+        """Send one streaming request and time it.
+
+        Raises:
+            StreamStalled: no chunk within ``read_timeout_s``, or the request passed its
+                deadline.
+            BenchError: the connection was refused or cut (``reason=CRASH_MID_BENCHMARK``), the
+                server answered with an HTTP error or an ``{"error": ...}`` chunk, or the stream
+                ended before the request finished.
+        """
+        try:
+            return await self._stream(prompt, max_tokens)
+        except _Partial as partial:
+            if partial.cause is None:
+                raise partial.error from None
+            raise partial.error from partial.cause
+
+    async def _stream(self, prompt: str, max_tokens: int) -> StreamResult:
+        path, payload = self._payload(prompt, max_tokens)
+        t0 = time.perf_counter()
+        tl = _Timeline(t0=t0)
+        state: dict[str, Any] = {"prompt_tokens": 0, "verify": None, "finished": False}
+        chunks = 0
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                async with self._client.stream("POST", path, json=payload) as response:
+                    if response.status_code != 200:
+                        body = (await response.aread()).decode(errors="replace")[:500]
+                        raise BenchError(
+                            f"POST {path} returned HTTP {response.status_code}: {body.strip()}"
+                        )
+                    buf = b""
+                    done = False
+                    async for data in response.aiter_bytes():
+                        now = time.perf_counter()
+                        buf += data
+                        *lines, buf = buf.split(b"\n")
+                        for line in lines:
+                            if not line.startswith(b"data:"):
+                                continue
+                            body_bytes = line[5:].strip()
+                            if body_bytes == b"[DONE]":
+                                done = True
+                                break
+                            chunks += 1
+                            self._on_chunk(json.loads(body_bytes), now, tl, state)
+                        if done:
+                            break
+                    end = time.perf_counter()
+                    if not done and not state["finished"]:
+                        raise BenchError(
+                            f"stream ended after {tl.tokens} tokens without a final chunk "
+                            "(server closed the response early)",
+                            reason=FailureReason.CRASH_MID_BENCHMARK,
+                        )
+        except BenchError as exc:
+            raise _Partial(exc, tl, time.perf_counter(), exc.__cause__) from exc
+        except httpx.ReadTimeout as exc:
+            err = StreamStalled(
+                f"no chunk for {self.read_timeout_s:g} s after {tl.tokens} tokens "
+                f"(POST {path} stalled)"
+            )
+            raise _Partial(err, tl, time.perf_counter(), exc) from exc
+        except TimeoutError as exc:
+            err = StreamStalled(
+                f"request passed its {self.request_timeout_s:g} s deadline after "
+                f"{tl.tokens} tokens"
+            )
+            raise _Partial(err, tl, time.perf_counter(), exc) from exc
+        except _CONNECTION_ERRORS as exc:
+            err = BenchError(
+                f"connection to {self.base_url} lost after {tl.tokens} tokens "
+                f"({type(exc).__name__}: {exc or 'no detail'}); the server may have crashed",
+                reason=FailureReason.CRASH_MID_BENCHMARK,
+            )
+            raise _Partial(err, tl, time.perf_counter(), exc) from exc
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            err = BenchError(f"malformed SSE chunk from POST {path}: {exc}")
+            raise _Partial(err, tl, time.perf_counter(), exc) from exc
+        if tl.ttft_s is None:
+            err = BenchError(f"POST {path} finished without any token")
+            raise _Partial(err, tl, end)
+        return StreamResult(
+            t0=t0,
+            prompt_tokens=int(state["prompt_tokens"]),
+            completion_tokens=tl.tokens,
+            ttft_s=tl.ttft_s,
+            e2e_s=end - t0,
+            itl_s=tuple(tl.itl_s),
+            spec_verify_ct=state["verify"],
+            chunks=chunks,
+        )
+
+    def _on_chunk(self, obj: Any, now: float, tl: _Timeline, state: dict[str, Any]) -> None:
+        if not isinstance(obj, dict):
+            raise BenchError(f"unexpected SSE chunk (not an object): {str(obj)[:200]}")
+        if "error" in obj:
+            raise BenchError(f"server sent an error chunk: {json.dumps(obj['error'])[:300]}")
+        if self.endpoint == "generate":
+            meta = obj.get("meta_info") or {}
+            ct = meta.get("completion_tokens")
+            if ct is None:
+                ct = len(obj.get("output_ids") or ())
+            tl.advance(now, int(ct))
+            if "prompt_tokens" in meta:
+                state["prompt_tokens"] = meta["prompt_tokens"]
+            if meta.get("spec_verify_ct") is not None:
+                state["verify"] = int(meta["spec_verify_ct"])
+            finish = meta.get("finish_reason")
+        else:
+            usage = obj.get("usage") or {}
+            choices = obj.get("choices") or []
+            finish = None
+            if choices:
+                choice = choices[0]
+                finish = choice.get("finish_reason")
+                if usage.get("completion_tokens") is not None:
+                    tl.advance(now, int(usage["completion_tokens"]))
+                elif choice.get("text"):
+                    tl.advance(now, tl.tokens + 1)
+            elif usage.get("completion_tokens") is not None:
+                # Final usage chunk: the authoritative count (no new arrival to time).
+                tl.tokens = max(tl.tokens, int(usage["completion_tokens"]))
+                state["finished"] = True
+            if usage.get("prompt_tokens") is not None:
+                state["prompt_tokens"] = usage["prompt_tokens"]
+            details = (obj.get("sglext") or {}).get("spec_tokens_details") or {}
+            if details.get("spec_verify_ct") is not None:
+                state["verify"] = int(details["spec_verify_ct"])
+        if finish:
+            state["finished"] = True
+            if isinstance(finish, dict) and finish.get("type") == "abort":
+                raise BenchError(f"server aborted the request: {json.dumps(finish)[:300]}")
+
+    async def measure(
+        self,
+        prompt: str,
+        max_tokens: int,
+        *,
+        scenario: str,
+        run: int,
+        index: int,
+        concurrency: int,
+    ) -> RequestRecord:
+        """Stream one request and return its record; a failure becomes ``record.error``.
+
+        The error text starts with the :class:`~rayspec.FailureReason` value (see
+        :func:`failure_of`). A failed record keeps what was measured before the failure
+        (tokens so far, TTFT when a token arrived, NaN otherwise).
+        """
+        try:
+            res = await self._stream(prompt, max_tokens)
+        except _Partial as partial:
+            tl = partial.timeline
+            return RequestRecord(
+                scenario=scenario,
+                run=run,
+                index=index,
+                concurrency=concurrency,
+                prompt_tokens=0,
+                completion_tokens=tl.tokens,
+                ttft_ms=tl.ttft_s * 1000.0 if tl.ttft_s is not None else float("nan"),
+                e2e_ms=(partial.now - tl.t0) * 1000.0,
+                itl_ms=tuple(x * 1000.0 for x in tl.itl_s),
+                start_unix_s=self.unix_time(tl.t0),
+                error=failure_message(partial.error.reason, str(partial.error)),
+            )
+        verify = res.spec_verify_ct
+        return RequestRecord(
+            scenario=scenario,
+            run=run,
+            index=index,
+            concurrency=concurrency,
+            prompt_tokens=res.prompt_tokens,
+            completion_tokens=res.completion_tokens,
+            ttft_ms=res.ttft_s * 1000.0,
+            e2e_ms=res.e2e_s * 1000.0,
+            itl_ms=tuple(x * 1000.0 for x in res.itl_s),
+            start_unix_s=self.unix_time(res.t0),
+            spec_verify_ct=verify,
+            accept_length=res.completion_tokens / verify if verify else None,
+        )
