@@ -1,0 +1,144 @@
+"""``python -m rayspec.tune EXPERIMENT.yaml [dotted.key=value ...]``: run an experiment.
+
+The only module that prints for the study or calls ``sys.exit``. Exit codes: 0 done, 2 bad
+input (nothing started), 1 an unexpected error, 130 interrupted (run it again to resume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from types import FrameType
+
+from rayspec._config import Engine
+from rayspec._config import ExperimentConfig
+from rayspec._config import load_config
+from rayspec._exceptions import ConfigError
+from rayspec._exceptions import RayspecError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m rayspec.tune",
+        description="Run an Optuna study over NCCL and EAGLE-3 settings with Ray actors; "
+        "store every trial in Parquet; end with the best configuration as a launch command.",
+        epilog="Example: python -m rayspec.tune experiments/eagle3-twin.yaml study.n_trials=40",
+    )
+    p.add_argument("experiment", help="the experiment YAML file")
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="dotted overrides merged over the file"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate, print the baseline's launch line, and exit without starting anything",
+    )
+    p.add_argument("--print-config", action="store_true", help="print the merged config and exit")
+    return p
+
+
+def _say(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+
+
+def _error(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    del frame
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        cfg = load_config(args.experiment, args.overrides)
+        from rayspec.tune._preflight import preflight
+
+        preflight(cfg)
+    except ConfigError as exc:
+        return _error(str(exc), 2)
+    if args.print_config:
+        print(cfg.to_yaml(), end="")
+        return 0
+    if args.dry_run:
+        return _dry_run(cfg)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return _run(cfg)
+    except KeyboardInterrupt:
+        _say("interrupted: servers stopped; run the same command again to resume the study")
+        return 130
+    except ConfigError as exc:
+        return _error(str(exc), 2)
+    except RayspecError as exc:
+        return _error(str(exc), 1)
+
+
+def _dry_run(cfg: ExperimentConfig) -> int:
+    from rayspec.search import SearchSpace
+    from rayspec.server._command import build_launch
+    from rayspec.server._command import shell_line
+
+    space = SearchSpace.from_config(cfg.search)
+    launch = build_launch(cfg, space.baseline(), port=cfg.server.port, log_path="-")
+    print(
+        f"study {cfg.study.name}: {space.size()} distinct candidates, {cfg.study.n_trials} trials"
+    )
+    print(f"baseline: {shell_line(launch)}")
+    for i, params in enumerate(cfg.study.enqueue):
+        cand = space.candidate(space.coerce(params))
+        print(
+            f"enqueued[{i}]: {shell_line(build_launch(cfg, cand, port=cfg.server.port, log_path='-'))}"
+        )
+    return 0
+
+
+def _run(cfg: ExperimentConfig) -> int:
+    from rayspec.tune._cluster import connect
+    from rayspec.tune._cluster import disconnect
+    from rayspec.tune._driver import run_study
+    from rayspec.tune._report import format_table
+    from rayspec.tune._report import write_best
+
+    if cfg.server.engine is Engine.twin:
+        _say("engine: twin — a SIMULATED SGLang node (rayspec.twin); numbers are the model's")
+    else:
+        _say(f"engine: sglang — real servers ({cfg.server.model_path})")
+    cluster = connect(cfg)
+    _say(cluster.describe())
+    try:
+        outcome = run_study(cfg, printer=_say, slots=cluster.slots)
+    finally:
+        disconnect(cluster)
+    report = outcome.report
+    print()
+    print(
+        f"study {cfg.study.name}: {report.total} trials ({report.failed} failed, "
+        f"{report.pruned} pruned); this run added {outcome.ran} in {outcome.wall_s:.0f} s"
+    )
+    if report.best is None:
+        _say(
+            "no trial completed: see the failure reasons in the trials table and the logs in "
+            f"{os.path.join(cfg.out_dir, 'logs')}"
+        )
+        return 1
+    print(format_table(report))
+    paths = write_best(cfg, report)
+    print()
+    if paths:
+        print(f"best: trial {report.best.trial}: {report.best.label}")
+        print(f"  launch it:  {paths[1]}")
+        print(f"  details:    {paths[0]}")
+    print(f"  trials:     {os.path.join(cfg.out_dir, 'trials')}/ (Parquet, one file per trial)")
+    print(f"  study:      optuna-dashboard {cfg.storage_url} --host 127.0.0.1 --port 8080")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

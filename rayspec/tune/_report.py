@@ -1,0 +1,240 @@
+"""The end of a study: the best configuration as files and a table in the field table's form.
+
+Reads only the Parquet store, so a report can be rebuilt from a study folder at any time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from rayspec._config import Engine
+from rayspec._config import ExperimentConfig
+from rayspec._types import Candidate
+from rayspec._types import SpecSettings
+from rayspec.server._command import build_launch
+
+__all__ = ["Row", "StudyReport", "build_report", "deploy_script", "format_table", "write_best"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One trial as the report shows it."""
+
+    trial: int
+    state: str
+    label: str
+    tok_s_mean: float
+    tok_s_peak: float
+    accept_length: float
+    role: str  # baseline, enqueued[i], or ""
+    candidate: Candidate
+    failure: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "COMPLETE" and math.isfinite(self.tok_s_mean)
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    rows: tuple[Row, ...]  # COMPLETE rows, best first
+    baseline: Row | None
+    best: Row | None
+    failed: int
+    pruned: int
+    total: int
+
+
+def _f(value: Any) -> float:
+    return float(value) if value is not None else math.nan
+
+
+def _candidate_from_row(r: dict[str, Any]) -> Candidate:
+    spec = None
+    if r.get("spec_algorithm"):
+        spec = SpecSettings(
+            r["spec_algorithm"],
+            int(r["spec_num_steps"]),
+            int(r["spec_eagle_topk"]),
+            int(r["spec_num_draft_tokens"]),
+        )
+    params = json.loads(r["params"]) if r.get("params") else {}
+    nccl = tuple(
+        sorted(
+            (k.removeprefix("nccl."), str(v))
+            for k, v in params.items()
+            if k.startswith("nccl.") and v != "unset"
+        )
+    )
+    flags = []
+    for k, v in params.items():
+        if k.startswith("flags.") and v != "off":
+            flags += [k.removeprefix("flags.")] + ([] if v == "on" else [str(v)])
+    return Candidate(nccl_env=nccl, spec=spec, flags=tuple(flags))
+
+
+def build_report(trial_rows: list[dict[str, Any]], roles: dict[int, str]) -> StudyReport:
+    """Rank the stored trials.
+
+    Args:
+        trial_rows: the Parquet trial rows (``ParquetTrialStore.load_trials().to_pylist()``).
+        roles: trial number -> "baseline" / "enqueued[i]" for the configurations tried first.
+    """
+    rows = [
+        Row(
+            trial=int(r["trial"]),
+            state=str(r["state"]),
+            label=str(r["candidate"]),
+            tok_s_mean=_f(r.get("tok_s_mean")),
+            tok_s_peak=_f(r.get("tok_s_peak")),
+            accept_length=_f(r.get("accept_length")),
+            role=roles.get(int(r["trial"]), ""),
+            candidate=_candidate_from_row(r),
+            failure=str(r.get("failure") or ""),
+        )
+        for r in trial_rows
+        if not r.get("note")  # a reused measurement is the same point again
+    ]
+    ok = sorted((r for r in rows if r.ok), key=lambda r: (-r.tok_s_mean, r.trial))
+    baseline = next((r for r in ok if r.role == "baseline"), None)
+    return StudyReport(
+        rows=tuple(ok),
+        baseline=baseline,
+        best=ok[0] if ok else None,
+        failed=sum(r.state == "FAIL" for r in rows),
+        pruned=sum(r.state == "PRUNED" for r in rows),
+        total=len(rows),
+    )
+
+
+def _vs(row: Row, baseline: Row | None) -> str:
+    if baseline is None or row.trial == baseline.trial:
+        return "—"
+    return f"{(row.tok_s_mean / baseline.tok_s_mean - 1) * 100:+.1f} %"
+
+
+def format_table(report: StudyReport, limit: int = 10) -> str:
+    """The field table's form: config, tok/s mean, peak, vs baseline; best first."""
+    shown = list(report.rows[:limit])
+    for extra in (r for r in report.rows if r.role and r not in shown):
+        shown.append(extra)
+    lines = [
+        "| # | config | tok/s avg | tok/s peak | accept len | vs baseline |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in shown:
+        tag = f" ({r.role})" if r.role else ""
+        acc = f"{r.accept_length:.2f}" if math.isfinite(r.accept_length) else "—"
+        lines.append(
+            f"| {r.trial} | {r.label}{tag} | {r.tok_s_mean:.1f} | {r.tok_s_peak:.1f} | {acc} | "
+            f"{_vs(r, report.baseline)} |"
+        )
+    return "\n".join(lines)
+
+
+def _deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The experiment as a real SGLang launch (a twin study deploys to SGLang too)."""
+    server = dataclasses.replace(
+        cfg.server,
+        engine=Engine.sglang,
+        python="python",
+        model_path=cfg.server.model_path if cfg.server.engine is Engine.sglang else "",
+        draft_model_path=(
+            cfg.server.draft_model_path if cfg.server.engine is Engine.sglang else ""
+        ),
+    )
+    return dataclasses.replace(cfg, server=server)
+
+
+def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
+    """A bash script with the exact environment and ``python -m sglang.launch_server`` line."""
+    dcfg = _deploy_config(cfg)
+    launch = build_launch(dcfg, row.candidate, port=cfg.server.port, log_path="-")
+    argv = list(launch.argv)
+    quoted = []
+    for i, arg in enumerate(argv):
+        prev = argv[i - 1] if i else ""
+        if prev == "--model-path" and not arg:
+            quoted.append('"${MODEL_PATH:?set MODEL_PATH to the target model}"')
+        elif prev == "--speculative-draft-model-path" and not arg:
+            quoted.append('"${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the EAGLE-3 drafter}"')
+        else:
+            quoted.append(shlex.quote(arg))
+    vs = _vs(row, baseline)
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# rayspec study {cfg.study.name}, trial {row.trial}: {row.label}",
+        f"# {row.tok_s_mean:.1f} tok/s mean, {row.tok_s_peak:.1f} peak, {vs} vs baseline"
+        + (f" ({baseline.tok_s_mean:.1f} tok/s)" if baseline else ""),
+    ]
+    if cfg.server.engine is Engine.twin:
+        lines.append(
+            f"# MEASURED ON THE DIGITAL TWIN (profile {cfg.server.twin.profile}), not on GPUs: "
+            "re-measure on a real node before deploying."
+        )
+    lines += ["set -euo pipefail"]
+    if launch.unset_env:
+        lines.append("unset " + " ".join(launch.unset_env))
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in launch.env]
+    lines.append("exec " + " ".join(quoted) + ' "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | None:
+    """Write ``<out>/best.yaml`` and ``<out>/best.sh``; None when no trial completed."""
+    best = report.best
+    if best is None:
+        return None
+    dcfg = _deploy_config(cfg)
+    launch = build_launch(dcfg, best.candidate, port=cfg.server.port, log_path="-")
+    base = report.baseline
+    doc: dict[str, Any] = {
+        "study": cfg.study.name,
+        "engine": cfg.server.engine.value,
+        "measured_on": (
+            f"digital twin, profile {cfg.server.twin.profile} (simulated)"
+            if cfg.server.engine is Engine.twin
+            else "sglang"
+        ),
+        "trial": best.trial,
+        "config": best.label,
+        "tok_s_mean": round(best.tok_s_mean, 3),
+        "tok_s_peak": round(best.tok_s_peak, 3),
+        "accept_length": None if math.isnan(best.accept_length) else round(best.accept_length, 4),
+        "baseline": None
+        if base is None
+        else {"trial": base.trial, "config": base.label, "tok_s_mean": round(base.tok_s_mean, 3)},
+        "vs_baseline": None if base is None else round(best.tok_s_mean / base.tok_s_mean - 1, 4),
+        "speculative": None if best.candidate.spec is None else {
+            "algorithm": best.candidate.spec.algorithm,
+            "num_steps": best.candidate.spec.num_steps,
+            "eagle_topk": best.candidate.spec.eagle_topk,
+            "num_draft_tokens": best.candidate.spec.num_draft_tokens,
+        },
+        "env": dict(launch.env),
+        "unset_env": list(launch.unset_env),
+        "argv": list(launch.argv),
+    }  # fmt: skip
+    out = cfg.out_dir
+    os.makedirs(out, exist_ok=True)
+    yaml_path = os.path.join(out, "best.yaml")
+    sh_path = os.path.join(out, "best.sh")
+    _write_text(yaml_path, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    _write_text(sh_path, deploy_script(cfg, best, base))
+    os.chmod(sh_path, 0o755)
+    return yaml_path, sh_path
+
+
+def _write_text(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
