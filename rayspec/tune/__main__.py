@@ -93,9 +93,8 @@ def _dry_run(cfg: ExperimentConfig) -> int:
     print(f"baseline: {shell_line(launch)}")
     for i, params in enumerate(cfg.study.enqueue):
         cand = space.candidate(space.coerce(params))
-        print(
-            f"enqueued[{i}]: {shell_line(build_launch(cfg, cand, port=cfg.server.port, log_path='-'))}"
-        )
+        line = shell_line(build_launch(cfg, cand, port=cfg.server.port, log_path="-"))
+        print(f"enqueued[{i}]: {line}")
     return 0
 
 
