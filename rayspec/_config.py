@@ -326,14 +326,22 @@ def _describe_omegaconf_error(exc: OmegaConfBaseException) -> str:
     return f"{key}: {first}" if key else first
 
 
+# YAML 1.1 reads unquoted on/off/yes/no as booleans; OmegaConf then stores "True"/"False".
+_YAML_BOOL = {"True": "on", "False": "off", "true": "on", "false": "off"}
+
+
 def _normalise(cfg: ExperimentConfig) -> None:
-    """Put ``unset`` first in every NCCL choice list; drop duplicate choices."""
+    """Undo YAML's on/off booleans; put ``unset`` first in NCCL choices; drop duplicates."""
+    sp = cfg.search.speculative
+    sp.modes = [_YAML_BOOL.get(m, m) if _YAML_BOOL.get(m) == SPEC_OFF else m for m in sp.modes]
     for name, choices in list(cfg.search.nccl.items()):
         values = [str(v) for v in choices]
         rest = [v for v in dict.fromkeys(values) if v != UNSET]
         cfg.search.nccl[name] = [UNSET, *rest]
     for flag, flag_choices in list(cfg.search.flags.items()):
-        cfg.search.flags[flag] = list(dict.fromkeys(str(v) for v in flag_choices))
+        cfg.search.flags[flag] = list(
+            dict.fromkeys(_YAML_BOOL.get(str(v), str(v)) for v in flag_choices)
+        )
 
 
 def _fail(key: str, message: str) -> ConfigError:
