@@ -20,7 +20,7 @@ from rayspec._exceptions import RayspecError
 
 
 class ProfileError(RayspecError, ValueError):
-    """A hardware/model profile cannot be loaded; the message names the key and what is expected."""
+    """A profile cannot be loaded; the message names the dotted key and what is expected."""
 
 
 class NcclError(RayspecError):

@@ -93,7 +93,9 @@ def build_draft_tree(
     """
     k = len(acceptance)
     depth_probs = tuple(
-        tuple(a if r == 1 else (1 - a) * theta * (1 - theta) ** (r - 2) for r in range(1, topk + 1))
+        tuple(
+            a if r == 1 else (1 - a) * theta * (1 - theta) ** (r - 2) for r in range(1, topk + 1)
+        )
         for a in acceptance
     )
     candidates: list[tuple[float, tuple[int, ...]]] = []
@@ -172,7 +174,10 @@ class PerfModel:
             return 0.0
         m = self.profile.model
         return (
-            batch * (ctx - m.calib_context) * m.layers * m.kv_bytes_per_token_layer
+            batch
+            * (ctx - m.calib_context)
+            * m.layers
+            * m.kv_bytes_per_token_layer
             / m.kv_bw_bytes_per_ms
         )
 
@@ -214,7 +219,9 @@ class PerfModel:
         spec = self._require_spec()
         s = self.profile.speculative
         payload = batch * spec.eagle_topk * self.profile.model.token_bytes
-        per_step = s.d_step_ms + s.draft_collectives_per_step * self.nccl.allreduce_us(payload) / 1000
+        per_step = (
+            s.d_step_ms + s.draft_collectives_per_step * self.nccl.allreduce_us(payload) / 1000
+        )
         return s.D0_ms + spec.num_steps * per_step
 
     def step_ms(self, batch: int = 1, ctx: float | None = None, mult: float = 1.0) -> float:
@@ -254,7 +261,9 @@ class PerfModel:
         tree = self._trees.get(mult)
         if tree is None:
             tree = build_draft_tree(
-                self.acceptance(mult), spec.eagle_topk, spec.num_draft_tokens,
+                self.acceptance(mult),
+                spec.eagle_topk,
+                spec.num_draft_tokens,
                 self.profile.drafter.tree_theta,
             )
             if len(self._trees) < 1024:

@@ -36,7 +36,13 @@ __all__ = ["ALGORITHMS", "PROTOCOLS", "NcclSetup", "resolve_nccl"]
 PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
 #: NCCL's algorithm names (``ncclAlgoStr``), in NCCL's order.
 ALGORITHMS: tuple[str, ...] = (
-    "Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT",
+    "Tree",
+    "Ring",
+    "CollNetDirect",
+    "CollNetChain",
+    "NVLS",
+    "NVLSTree",
+    "PAT",
 )
 #: Function prefixes accepted by ``parseList`` (``ncclFuncStr``), matched case-insensitively.
 _FUNCTIONS: tuple[str, ...] = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
@@ -155,7 +161,8 @@ class NcclSetup:
     def describe(self) -> str:
         """One line for logs, e.g. ``P2P level SYS (8 P2P links); AllReduce Ring/LL at 14 KB``."""
         counts = ", ".join(
-            f"{self.link_transports.count(t)} {t}" for t in (_P2P, _SHM, _NET)
+            f"{self.link_transports.count(t)} {t}"
+            for t in (_P2P, _SHM, _NET)
             if t in self.link_transports
         )
         head = f"P2P level {self.p2p_level} ({counts} links)"

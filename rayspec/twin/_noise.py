@@ -44,7 +44,9 @@ class NoiseModel:
             no acceptance draw is made.
     """
 
-    def __init__(self, noise: NoiseProfile, rng: random.Random, *, speculative: bool = True) -> None:
+    def __init__(
+        self, noise: NoiseProfile, rng: random.Random, *, speculative: bool = True
+    ) -> None:
         self.noise = noise
         self.rng = rng
         self.speculative = speculative

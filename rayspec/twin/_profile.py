@@ -457,7 +457,8 @@ def _hardware(node: _Node) -> HardwareProfile:
 
 def _detected(node: _Node) -> DetectedBandwidth:
     out = DetectedBandwidth(
-        bw_GBps=node.get_float("bw_GBps", positive=True), nchannels=node.get_int("nchannels", min_value=1)
+        bw_GBps=node.get_float("bw_GBps", positive=True),
+        nchannels=node.get_int("nchannels", min_value=1),
     )
     node.done()
     return out
@@ -476,14 +477,17 @@ def _latency_table(node: _Node, name: str) -> dict[str, dict[str, float]]:
 def _nccl_choice(node: _Node) -> NcclChoiceProfile:
     nt = node.node("nthreads")
     nthreads = NthreadsLimits(
-        min=nt.get_int("min", min_value=1), max=nt.get_int("max", min_value=1),
+        min=nt.get_int("min", min_value=1),
+        max=nt.get_int("max", min_value=1),
         multiple=nt.get_int("multiple", min_value=1),
     )
     nt.done()
     tb = node.node("tree_bw")
     tree_bw = TreeBandwidth(
-        base=tb.get_float("base", positive=True), LL_div=tb.get_float("LL_div", positive=True),
-        LL128_mul=tb.get_float("LL128_mul", positive=True), alg_mul=tb.get_float("alg_mul", positive=True),
+        base=tb.get_float("base", positive=True),
+        LL_div=tb.get_float("LL_div", positive=True),
+        LL128_mul=tb.get_float("LL128_mul", positive=True),
+        alg_mul=tb.get_float("alg_mul", positive=True),
     )
     tb.done()
     out = NcclChoiceProfile(
@@ -524,7 +528,9 @@ def _allreduce_cost(node: _Node) -> AllreduceCostProfile:
         for proto in _PROTOCOLS:
             e = per_proto.node(proto)
             entries[proto] = CostEntry(
-                A_us=e.get_float("A_us"), S0_B=e.get_float("S0_B"), B_GBps=e.get_float("B_GBps", positive=True)
+                A_us=e.get_float("A_us"),
+                S0_B=e.get_float("S0_B"),
+                B_GBps=e.get_float("B_GBps", positive=True),
             )
             e.done()
         per_proto.done()
@@ -572,8 +578,11 @@ def _model(node: _Node) -> ModelProfile:
 
 def _forward(node: _Node) -> ForwardProfile:
     out = ForwardProfile(
-        C0_ms=node.get_float("C0_ms"), W0_ms=node.get_float("W0_ms"), c_e_ms=node.get_float("c_e_ms"),
-        p_tok_ms=node.get_float("p_tok_ms"), flop_tok_ms=node.get_float("flop_tok_ms"),
+        C0_ms=node.get_float("C0_ms"),
+        W0_ms=node.get_float("W0_ms"),
+        c_e_ms=node.get_float("c_e_ms"),
+        p_tok_ms=node.get_float("p_tok_ms"),
+        flop_tok_ms=node.get_float("flop_tok_ms"),
     )
     node.done()
     if out.W0_ms > out.C0_ms:
@@ -583,7 +592,8 @@ def _forward(node: _Node) -> ForwardProfile:
 
 def _speculative(node: _Node) -> SpeculativeProfile:
     out = SpeculativeProfile(
-        F_spec_ms=node.get_float("F_spec_ms"), D0_ms=node.get_float("D0_ms"),
+        F_spec_ms=node.get_float("F_spec_ms"),
+        D0_ms=node.get_float("D0_ms"),
         d_step_ms=node.get_float("d_step_ms"),
         draft_collectives_per_step=node.get_int("draft_collectives_per_step"),
     )
@@ -634,8 +644,10 @@ def _noise(root: _Node) -> NoiseProfile:
         return NoiseProfile.off()
     node = root.node("noise")
     out = NoiseProfile(
-        sigma_time=node.get_float("sigma_time"), sigma_accept=node.get_float("sigma_accept"),
-        accept_floor=node.get_float("accept_floor"), sigma_start=node.get_float("sigma_start"),
+        sigma_time=node.get_float("sigma_time"),
+        sigma_accept=node.get_float("sigma_accept"),
+        accept_floor=node.get_float("accept_floor"),
+        sigma_start=node.get_float("sigma_start"),
     )
     node.done()
     return out
@@ -666,7 +678,10 @@ def _cross_check(profile: Profile, source: str) -> None:
             f"(n_ranks = {profile.hardware.n_ranks}), got {len(profile.hardware.ring_link_paths)}"
         )
     for algo in profile.allreduce_cost.algos:
-        if algo not in profile.nccl_choice.base_lat_us or algo not in profile.nccl_choice.hw_lat_us:
+        if (
+            algo not in profile.nccl_choice.base_lat_us
+            or algo not in profile.nccl_choice.hw_lat_us
+        ):
             raise ProfileError(
                 f"{source}: key 'allreduce_cost.algos.{algo}' has no latency entry in "
                 "nccl_choice.base_lat_us / nccl_choice.hw_lat_us"

@@ -29,8 +29,12 @@ from rayspec.twin._profile import load_profile
 PROFILE = load_profile("kimi-k2.5-tp8-pcie")
 FLAT_77 = PROFILE.with_acceptance(AcceptanceProfile(kind="flat", a=0.77))
 TUNED_ENV = {
-    "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512",
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
 }
 TUNED = resolve_nccl(TUNED_ENV, PROFILE)
 UNTUNED = resolve_nccl({}, PROFILE)
@@ -104,7 +108,12 @@ def test_untuned_arithmetic() -> None:
 def test_expected_experts_and_acceptance_by_depth() -> None:
     m = model()
     assert [round(m.expected_experts(t), 1) for t in range(1, 7)] == [
-        8.0, 15.8, 23.5, 31.0, 38.4, 45.6
+        8.0,
+        15.8,
+        23.5,
+        31.0,
+        38.4,
+        45.6,
     ]
     assert m.expected_experts(128) == pytest.approx(358, abs=0.5)
     assert m.expected_experts(384) == pytest.approx(384, abs=0.5)
@@ -135,9 +144,7 @@ def test_step_sweep(k: int) -> None:
         SWEEP_UNTUNED[k - 1], abs=0.051
     )
     assert model(TUNED, chain(k)).expected_tok_s() == pytest.approx(SWEEP_TUNED[k - 1], abs=0.051)
-    assert model(spec=chain(k)).expected_accept_length() == pytest.approx(
-        SWEEP_L[k - 1], abs=5e-4
-    )
+    assert model(spec=chain(k)).expected_accept_length() == pytest.approx(SWEEP_L[k - 1], abs=5e-4)
 
 
 @pytest.mark.parametrize("nccl", [TUNED, UNTUNED], ids=["tuned", "untuned"])
@@ -247,8 +254,14 @@ def test_high_concurrency_with_nccl_choosing() -> None:
 
 @pytest.mark.parametrize(
     ("a", "k", "length", "tok_s"),
-    [(0.70, 5, 2.94, 130.0), (0.70, 6, 3.06, 130.0), (0.75, 5, 3.29, 145.3),
-     (0.75, 6, 3.47, 147.3), (0.75, 7, 3.60, 147.4), (0.80, 8, 4.33, 171.1)],
+    [
+        (0.70, 5, 2.94, 130.0),
+        (0.70, 6, 3.06, 130.0),
+        (0.75, 5, 3.29, 145.3),
+        (0.75, 6, 3.47, 147.3),
+        (0.75, 7, 3.60, 147.4),
+        (0.80, 8, 4.33, 171.1),
+    ],
 )
 def test_stronger_drafters(a: float, k: int, length: float, tok_s: float) -> None:
     m = model(spec=chain(k), profile=PROFILE.with_acceptance(AcceptanceProfile("flat", a=a)))

@@ -20,8 +20,12 @@ from rayspec.twin._profile import load_profile
 PROFILE = load_profile("kimi-k2.5-tp8-pcie")
 SIZES = (14336, 43008, 86016)  # 14 / 43 / 86 KB: decode, verify of 3, verify of 6
 TUNED = {
-    "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512",
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
 }
 SYS = {"NCCL_P2P_LEVEL": "SYS"}
 LL_SYS = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
@@ -40,39 +44,114 @@ def _tok_s(setup: NcclSetup, steps: int | None) -> float:
 SENSITIVITY = [
     ("untuned", {}, ("Ring", "Simple"), (61.1, 63.0, 65.7), (63.1, 75.9, 70.3)),
     ("P2P_LEVEL=SYS", SYS, ("Ring", "Simple"), (47.1, 48.2, 49.8), (71.0, 82.3, 76.3)),
-    ("P2P_LEVEL=4", {"NCCL_P2P_LEVEL": "4"}, ("Ring", "Simple"), (47.1, 48.2, 49.8),
-     (71.0, 82.3, 76.3)),
-    ("P2P_LEVEL=sys ignored", {"NCCL_P2P_LEVEL": "sys"}, ("Ring", "Simple"),
-     (61.1, 63.0, 65.7), (63.1, 75.9, 70.3)),
-    ("P2P_LEVEL=PHB", {"NCCL_P2P_LEVEL": "PHB"}, ("Ring", "Simple"), (50.8, 52.7, 55.4),
-     (68.7, 80.2, 74.1)),
+    (
+        "P2P_LEVEL=4",
+        {"NCCL_P2P_LEVEL": "4"},
+        ("Ring", "Simple"),
+        (47.1, 48.2, 49.8),
+        (71.0, 82.3, 76.3),
+    ),
+    (
+        "P2P_LEVEL=sys ignored",
+        {"NCCL_P2P_LEVEL": "sys"},
+        ("Ring", "Simple"),
+        (61.1, 63.0, 65.7),
+        (63.1, 75.9, 70.3),
+    ),
+    (
+        "P2P_LEVEL=PHB",
+        {"NCCL_P2P_LEVEL": "PHB"},
+        ("Ring", "Simple"),
+        (50.8, 52.7, 55.4),
+        (68.7, 80.2, 74.1),
+    ),
     ("PROTO=LL", {"NCCL_PROTO": "LL"}, ("Ring", "LL"), (38.2, 38.2, 42.6), (77.0, 87.1, 79.4)),
-    ("PROTO=LL PHB", {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "PHB"}, ("Ring", "LL"),
-     (27.9, 27.9, 32.3), (85.3, 92.9, 84.3)),
+    (
+        "PROTO=LL PHB",
+        {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "PHB"},
+        ("Ring", "LL"),
+        (27.9, 27.9, 32.3),
+        (85.3, 92.9, 84.3),
+    ),
     ("PROTO=LL SYS", LL_SYS, ("Ring", "LL"), (24.5, 24.5, 27.1), (88.6, 94.9, 86.9)),
     ("tuned six", TUNED, ("Ring", "LL"), (24.5, 24.5, 27.1), (88.6, 94.9, 86.9)),
-    ("SYS + GRAPH_FILE", {**SYS, "NCCL_GRAPH_FILE": "/etc/nccl/graph.xml"}, ("Ring", "LL"),
-     (24.5, 24.5, 27.1), (88.6, 94.9, 86.9)),
-    ("PROTO=LL128 SYS", {"NCCL_PROTO": "LL128", **SYS}, ("Ring", "LL128"), (33.6, 34.8, 36.6),
-     (80.5, 89.0, 82.1)),
-    ("PROTO=^LL SYS", {"NCCL_PROTO": "^LL", **SYS}, ("Ring", "LL128"), (33.6, 34.8, 49.8),
-     (80.5, 89.0, 76.9)),
-    ("PROTO=Simple SYS", {"NCCL_PROTO": "Simple", **SYS}, ("Ring", "Simple"),
-     (47.1, 48.2, 49.8), (71.0, 82.3, 76.3)),
-    ("ALGO=Tree LL SYS", {"NCCL_ALGO": "Tree", **LL_SYS}, ("Tree", "LL"), (26.0, 26.0, 31.3),
-     (87.1, 94.0, 84.9)),
-    ("ALGO=Ring,NVLS LL SYS", {"NCCL_ALGO": "Ring,NVLS", **LL_SYS}, ("Ring", "LL"),
-     (24.5, 24.5, 27.1), (88.6, 94.9, 86.9)),
-    ("P2P_DISABLE=1 LL SYS", {"NCCL_P2P_DISABLE": "1", **LL_SYS}, ("Ring", "LL"),
-     (38.2, 38.2, 42.6), (77.0, 87.1, 79.4)),
-    ("SHM_DISABLE=1", {"NCCL_SHM_DISABLE": "1"}, ("Ring", "Simple"), (217, 223, 231),
-     (28.4, 41.4, 38.7)),
-    ("SHM_DISABLE=1 SYS LL", {"NCCL_SHM_DISABLE": "1", **LL_SYS}, ("Ring", "LL"),
-     (24.5, 24.5, 27.1), (88.6, 94.9, 86.9)),
-    ("tuned NTHREADS=64", {**TUNED, "NCCL_NTHREADS": "64"}, ("Ring", "LL"), (24.5, 24.5, 29.8),
-     (88.6, 94.9, 85.6)),
-    ("tuned MAX_NCHANNELS=1", {**TUNED, "NCCL_MAX_NCHANNELS": "1"}, ("Ring", "LL"),
-     (24.5, 24.5, 35.0), (88.6, 94.9, 83.3)),
+    (
+        "SYS + GRAPH_FILE",
+        {**SYS, "NCCL_GRAPH_FILE": "/etc/nccl/graph.xml"},
+        ("Ring", "LL"),
+        (24.5, 24.5, 27.1),
+        (88.6, 94.9, 86.9),
+    ),
+    (
+        "PROTO=LL128 SYS",
+        {"NCCL_PROTO": "LL128", **SYS},
+        ("Ring", "LL128"),
+        (33.6, 34.8, 36.6),
+        (80.5, 89.0, 82.1),
+    ),
+    (
+        "PROTO=^LL SYS",
+        {"NCCL_PROTO": "^LL", **SYS},
+        ("Ring", "LL128"),
+        (33.6, 34.8, 49.8),
+        (80.5, 89.0, 76.9),
+    ),
+    (
+        "PROTO=Simple SYS",
+        {"NCCL_PROTO": "Simple", **SYS},
+        ("Ring", "Simple"),
+        (47.1, 48.2, 49.8),
+        (71.0, 82.3, 76.3),
+    ),
+    (
+        "ALGO=Tree LL SYS",
+        {"NCCL_ALGO": "Tree", **LL_SYS},
+        ("Tree", "LL"),
+        (26.0, 26.0, 31.3),
+        (87.1, 94.0, 84.9),
+    ),
+    (
+        "ALGO=Ring,NVLS LL SYS",
+        {"NCCL_ALGO": "Ring,NVLS", **LL_SYS},
+        ("Ring", "LL"),
+        (24.5, 24.5, 27.1),
+        (88.6, 94.9, 86.9),
+    ),
+    (
+        "P2P_DISABLE=1 LL SYS",
+        {"NCCL_P2P_DISABLE": "1", **LL_SYS},
+        ("Ring", "LL"),
+        (38.2, 38.2, 42.6),
+        (77.0, 87.1, 79.4),
+    ),
+    (
+        "SHM_DISABLE=1",
+        {"NCCL_SHM_DISABLE": "1"},
+        ("Ring", "Simple"),
+        (217, 223, 231),
+        (28.4, 41.4, 38.7),
+    ),
+    (
+        "SHM_DISABLE=1 SYS LL",
+        {"NCCL_SHM_DISABLE": "1", **LL_SYS},
+        ("Ring", "LL"),
+        (24.5, 24.5, 27.1),
+        (88.6, 94.9, 86.9),
+    ),
+    (
+        "tuned NTHREADS=64",
+        {**TUNED, "NCCL_NTHREADS": "64"},
+        ("Ring", "LL"),
+        (24.5, 24.5, 29.8),
+        (88.6, 94.9, 85.6),
+    ),
+    (
+        "tuned MAX_NCHANNELS=1",
+        {**TUNED, "NCCL_MAX_NCHANNELS": "1"},
+        ("Ring", "LL"),
+        (24.5, 24.5, 35.0),
+        (88.6, 94.9, 83.3),
+    ),
 ]
 
 
@@ -89,16 +168,18 @@ def test_sensitivity_table(
 ) -> None:
     setup = _setup(env)
     assert setup.choice(SIZES[0]) == pick
-    for size, expected in zip(SIZES, latency_us):
+    for size, expected in zip(SIZES, latency_us, strict=True):
         assert setup.allreduce_us(size) == pytest.approx(expected, rel=0.01)
-    for steps, expected in zip((None, 2, 5), tok_s):
+    for steps, expected in zip((None, 2, 5), tok_s, strict=True):
         assert _tok_s(setup, steps) == pytest.approx(expected, rel=0.01)
 
 
 def test_caret_ll_switches_to_simple_at_86_kb() -> None:
     setup = _setup({"NCCL_PROTO": "^LL", **SYS})
     assert [setup.choice(s) for s in SIZES] == [
-        ("Ring", "LL128"), ("Ring", "LL128"), ("Ring", "Simple")
+        ("Ring", "LL128"),
+        ("Ring", "LL128"),
+        ("Ring", "Simple"),
     ]
 
 
@@ -116,7 +197,7 @@ def test_min_nchannels_moves_the_choice(
 ) -> None:
     setup = _setup({"NCCL_MIN_NCHANNELS": value})
     assert [setup.choice(s) for s in SIZES] == picks
-    for steps, expected in zip((None, 2, 5), tok_s):
+    for steps, expected in zip((None, 2, 5), tok_s, strict=True):
         assert _tok_s(setup, steps) == pytest.approx(expected, rel=0.01)
 
 
@@ -172,10 +253,17 @@ def test_graph_file_keeps_ll_up_to_about_3_7_mb() -> None:
 def test_no_op_variables_change_nothing() -> None:
     base = _setup(LL_SYS)
     for extra in (
-        {"NCCL_ALGO": "Ring"}, {"NCCL_MAX_NCHANNELS": "4"}, {"NCCL_MAX_NCHANNELS": "64"},
-        {"NCCL_NTHREADS": "128"}, {"NCCL_BUFFSIZE": "33554432"}, {"NCCL_NVLS_ENABLE": "1"},
-        {"NCCL_CUMEM_ENABLE": "0"}, {"NCCL_SHM_DISABLE": "1"}, {"NCCL_GRAPH_FILE": "g.xml"},
-        {"NCCL_P2P_DISABLE": "0"}, {"CUDA_VISIBLE_DEVICES": "0,1"},
+        {"NCCL_ALGO": "Ring"},
+        {"NCCL_MAX_NCHANNELS": "4"},
+        {"NCCL_MAX_NCHANNELS": "64"},
+        {"NCCL_NTHREADS": "128"},
+        {"NCCL_BUFFSIZE": "33554432"},
+        {"NCCL_NVLS_ENABLE": "1"},
+        {"NCCL_CUMEM_ENABLE": "0"},
+        {"NCCL_SHM_DISABLE": "1"},
+        {"NCCL_GRAPH_FILE": "g.xml"},
+        {"NCCL_P2P_DISABLE": "0"},
+        {"CUDA_VISIBLE_DEVICES": "0,1"},
     ):
         other = _setup({**LL_SYS, **extra})
         for s in SIZES:
@@ -298,8 +386,14 @@ def test_default_sets() -> None:
 
 @pytest.mark.parametrize(
     ("value", "risk"),
-    [("LL128", True), ("^LL", True), ("LL,LL128,Simple", True), ("LL", False),
-     ("^LL128", False), ("Simple;broadcast:LL128", False)],
+    [
+        ("LL128", True),
+        ("^LL", True),
+        ("LL,LL128,Simple", True),
+        ("LL", False),
+        ("^LL128", False),
+        ("Simple;broadcast:LL128", False),
+    ],
 )
 def test_ll128_risk_flag(value: str, risk: bool) -> None:
     setup = _setup({"NCCL_PROTO": value, **SYS})
@@ -313,13 +407,29 @@ def test_ll128_risk_flag(value: str, risk: bool) -> None:
 @pytest.mark.parametrize(
     ("value", "level", "n_p2p"),
     [
-        ("LOC", "LOC", 0), ("PIX", "PIX", 0), ("PXB", "PXB", 0), ("PHB", "PHB", 6),
-        ("SYS", "SYS", 8), ("NVL", "NVL", 0), ("PXN", "PXN", 0), ("C2C", "C2C", 0),
-        ("0", "LOC", 0), ("1", "PIX", 0), ("2", "PXB", 0), ("3", "PHB", 6), ("4", "SYS", 8),
-        ("5", "SYS", 8), ("17", "SYS", 8),
+        ("LOC", "LOC", 0),
+        ("PIX", "PIX", 0),
+        ("PXB", "PXB", 0),
+        ("PHB", "PHB", 6),
+        ("SYS", "SYS", 8),
+        ("NVL", "NVL", 0),
+        ("PXN", "PXN", 0),
+        ("C2C", "C2C", 0),
+        ("0", "LOC", 0),
+        ("1", "PIX", 0),
+        ("2", "PXB", 0),
+        ("3", "PHB", 6),
+        ("4", "SYS", 8),
+        ("5", "SYS", 8),
+        ("17", "SYS", 8),
         # Ignored: the default (PXB) applies.
-        ("sys", "PXB", 0), ("Sys", "PXB", 0), ("NODE", "PXB", 0), ("-1", "PXB", 0),
-        ("NET", "PXB", 0), ("DIS", "PXB", 0), ("4.0", "PXB", 0),
+        ("sys", "PXB", 0),
+        ("Sys", "PXB", 0),
+        ("NODE", "PXB", 0),
+        ("-1", "PXB", 0),
+        ("NET", "PXB", 0),
+        ("DIS", "PXB", 0),
+        ("4.0", "PXB", 0),
     ],
 )
 def test_p2p_level(value: str, level: str, n_p2p: int) -> None:
@@ -334,8 +444,10 @@ def test_ignored_level_is_reported() -> None:
     assert _setup({"NCCL_P2P_LEVEL": "SYS"}).warnings == ()
 
 
-@pytest.mark.parametrize(("value", "disabled"), [("1", True), ("0", False), ("true", False),
-                                                 ("yes", False), ("01", False)])
+@pytest.mark.parametrize(
+    ("value", "disabled"),
+    [("1", True), ("0", False), ("true", False), ("yes", False), ("01", False)],
+)
 def test_p2p_disable_overrides_level(value: str, disabled: bool) -> None:
     setup = _setup({"NCCL_P2P_DISABLE": value, **SYS})
     assert (setup.p2p_level == "LOC") is disabled
@@ -385,9 +497,19 @@ def test_hang_on_broken_p2p() -> None:
 
 @pytest.mark.parametrize(
     ("value", "nthreads", "warned"),
-    [("512", 512, False), ("256", 256, False), ("96", 96, False), ("64", 64, False),
-     ("50", 512, True), ("1000", 512, True), ("1024", 512, True), ("32", 64, True),
-     ("0", None, False), ("-64", None, False), ("abc", None, True)],
+    [
+        ("512", 512, False),
+        ("256", 256, False),
+        ("96", 96, False),
+        ("64", 64, False),
+        ("50", 512, True),
+        ("1000", 512, True),
+        ("1024", 512, True),
+        ("32", 64, True),
+        ("0", None, False),
+        ("-64", None, False),
+        ("abc", None, True),
+    ],
 )
 def test_nthreads_clamping(value: str, nthreads: int | None, warned: bool) -> None:
     setup = _setup({"NCCL_NTHREADS": value})
@@ -408,10 +530,16 @@ def test_nthreads_bandwidth_factor_spares_ll128() -> None:
 
 @pytest.mark.parametrize(
     ("env", "max_nch"),
-    [({"NCCL_MAX_NCHANNELS": "0"}, 1), ({"NCCL_MAX_NCHANNELS": "-3"}, 1),
-     ({"NCCL_MAX_NCHANNELS": "100"}, 64), ({"NCCL_MAX_NCHANNELS": "16"}, 16),
-     ({"NCCL_MAX_NRINGS": "2"}, 2), ({"NCCL_MAX_NCHANNELS": "8", "NCCL_MAX_NRINGS": "2"}, 8),
-     ({}, None), ({"NCCL_MAX_NCHANNELS": "x"}, None)],
+    [
+        ({"NCCL_MAX_NCHANNELS": "0"}, 1),
+        ({"NCCL_MAX_NCHANNELS": "-3"}, 1),
+        ({"NCCL_MAX_NCHANNELS": "100"}, 64),
+        ({"NCCL_MAX_NCHANNELS": "16"}, 16),
+        ({"NCCL_MAX_NRINGS": "2"}, 2),
+        ({"NCCL_MAX_NCHANNELS": "8", "NCCL_MAX_NRINGS": "2"}, 8),
+        ({}, None),
+        ({"NCCL_MAX_NCHANNELS": "x"}, None),
+    ],
 )
 def test_max_nchannels_clamping(env: dict[str, str], max_nch: int | None) -> None:
     assert _setup(env).max_nchannels == max_nch

@@ -20,9 +20,7 @@ from rayspec.twin._profile import load_profile
 from rayspec.twin._profile import profile_from_dict
 
 NAME = "kimi-k2.5-tp8-pcie"
-PROFILE_FILE = (
-    pathlib.Path(__file__).parents[2] / "rayspec" / "twin" / "profiles" / f"{NAME}.yaml"
-)
+PROFILE_FILE = pathlib.Path(__file__).parents[2] / "rayspec" / "twin" / "profiles" / f"{NAME}.yaml"
 
 
 @pytest.fixture()
@@ -68,8 +66,10 @@ SECTION_9 = [
     (lambda p: p.nccl_choice.ll128_per_channel_bw_GBps, 40.0),
     (
         lambda p: (
-            p.nccl_choice.tree_bw.base, p.nccl_choice.tree_bw.LL_div,
-            round(p.nccl_choice.tree_bw.LL128_mul, 4), p.nccl_choice.tree_bw.alg_mul,
+            p.nccl_choice.tree_bw.base,
+            p.nccl_choice.tree_bw.LL_div,
+            round(p.nccl_choice.tree_bw.LL128_mul, 4),
+            p.nccl_choice.tree_bw.alg_mul,
         ),
         (0.92, 3.8, round(7 / 9, 4), 0.5),
     ),
@@ -80,20 +80,38 @@ SECTION_9 = [
     (lambda p: p.allreduce_cost.algos["Ring"]["LL"].A_us, 24.5),
     (lambda p: p.allreduce_cost.algos["Ring"]["LL"].S0_B, 49152),
     (lambda p: p.allreduce_cost.algos["Ring"]["LL"].B_GBps, 14),
-    (lambda p: (p.allreduce_cost.algos["Ring"]["Simple"].A_us,
-                p.allreduce_cost.algos["Ring"]["Simple"].B_GBps), (46.5, 26)),
-    (lambda p: (p.allreduce_cost.algos["Ring"]["LL128"].A_us,
-                p.allreduce_cost.algos["Ring"]["LL128"].B_GBps), (33, 24)),
-    (lambda p: [p.allreduce_cost.algos["Tree"][x].A_us for x in ("LL", "LL128", "Simple")],
-     [26, 35, 42]),
-    (lambda p: [p.allreduce_cost.algos["Tree"][x].S0_B for x in ("LL", "LL128", "Simple")],
-     [49152, 0, 0]),
-    (lambda p: [p.allreduce_cost.algos["Tree"][x].B_GBps for x in ("LL", "LL128", "Simple")],
-     [7, 18, 18]),
+    (
+        lambda p: (
+            p.allreduce_cost.algos["Ring"]["Simple"].A_us,
+            p.allreduce_cost.algos["Ring"]["Simple"].B_GBps,
+        ),
+        (46.5, 26),
+    ),
+    (
+        lambda p: (
+            p.allreduce_cost.algos["Ring"]["LL128"].A_us,
+            p.allreduce_cost.algos["Ring"]["LL128"].B_GBps,
+        ),
+        (33, 24),
+    ),
+    (
+        lambda p: [p.allreduce_cost.algos["Tree"][x].A_us for x in ("LL", "LL128", "Simple")],
+        [26, 35, 42],
+    ),
+    (
+        lambda p: [p.allreduce_cost.algos["Tree"][x].S0_B for x in ("LL", "LL128", "Simple")],
+        [49152, 0, 0],
+    ),
+    (
+        lambda p: [p.allreduce_cost.algos["Tree"][x].B_GBps for x in ("LL", "LL128", "Simple")],
+        [7, 18, 18],
+    ),
     (lambda p: dict(p.allreduce_cost.hop_penalty_us), {"P2P": 0.0, "SHM": 0.98, "NET": 12.0}),
     (lambda p: dict(p.allreduce_cost.bw_factor), {"SHM": 0.6, "NET": 0.2}),
-    (lambda p: (p.allreduce_cost.full_bw_min_channels, p.allreduce_cost.full_bw_min_threads),
-     (4, 128)),
+    (
+        lambda p: (p.allreduce_cost.full_bw_min_channels, p.allreduce_cost.full_bw_min_threads),
+        (4, 128),
+    ),
     (lambda p: (p.model.hidden, p.model.layers, p.model.vocab), (7168, 61, 163840)),
     (lambda p: (p.model.moe.n_experts, p.model.moe.experts_per_token), (384, 8)),
     (lambda p: p.model.act_bytes, 2),
@@ -104,14 +122,20 @@ SECTION_9 = [
     (lambda p: p.model.token_bytes, 14336),
     (lambda p: (p.forward.C0_ms, p.forward.W0_ms, p.forward.c_e_ms), (8.255, 4.04, 0.0838)),
     (lambda p: (p.forward.p_tok_ms, p.forward.flop_tok_ms), (0.08, 0.040)),
-    (lambda p: (p.speculative.F_spec_ms, p.speculative.D0_ms, p.speculative.d_step_ms),
-     (6.228, 0.718, 0.030)),
+    (
+        lambda p: (p.speculative.F_spec_ms, p.speculative.D0_ms, p.speculative.d_step_ms),
+        (6.228, 0.718, 0.030),
+    ),
     (lambda p: p.speculative.draft_collectives_per_step, 3),
-    (lambda p: (p.drafter.acceptance.kind, p.drafter.acceptance.a1, p.drafter.acceptance.rho),
-     ("geometric", 0.635, 0.632)),
+    (
+        lambda p: (p.drafter.acceptance.kind, p.drafter.acceptance.a1, p.drafter.acceptance.rho),
+        ("geometric", 0.635, 0.632),
+    ),
     (lambda p: (p.drafter.a_cap, p.drafter.tree_theta), (0.99, 0.34)),
-    (lambda p: (p.noise.sigma_time, p.noise.accept_floor, p.noise.sigma_start),
-     (0.003, 0.5, 0.01)),
+    (
+        lambda p: (p.noise.sigma_time, p.noise.accept_floor, p.noise.sigma_start),
+        (0.003, 0.5, 0.01),
+    ),
     # §8: the twin samples every cycle, so sigma_accept is the per-cycle-sampling value.
     (lambda p: p.noise.sigma_accept, 0.056),
 ]
@@ -167,8 +191,13 @@ def test_top_level_must_be_mapping(tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.parametrize(
     ("section", "key"),
-    [("forward", "C0_ms"), ("hardware", "ring_link_paths"), ("noise", "sigma_accept"),
-     ("speculative", "F_spec_ms"), ("uncalibrated", "prefill_ms_per_token")],
+    [
+        ("forward", "C0_ms"),
+        ("hardware", "ring_link_paths"),
+        ("noise", "sigma_accept"),
+        ("speculative", "F_spec_ms"),
+        ("uncalibrated", "prefill_ms_per_token"),
+    ],
 )
 def test_missing_key_is_named(
     tmp_path: pathlib.Path, raw: dict[str, Any], section: str, key: str
@@ -259,7 +288,11 @@ def test_acceptance_kinds(raw: dict[str, Any]) -> None:
     assert [per_depth.base(j) for j in (1, 2, 3, 9)] == [0.6, 0.5, 0.5, 0.5]
     geometric = load_profile(NAME).drafter.acceptance
     assert [round(geometric.base(j), 3) for j in range(1, 6)] == [
-        0.635, 0.401, 0.254, 0.160, 0.101
+        0.635,
+        0.401,
+        0.254,
+        0.160,
+        0.101,
     ]
 
 
