@@ -262,16 +262,7 @@ class ExperimentConfig:
         return OmegaConf.to_yaml(OmegaConf.structured(self))
 
 
-def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
-    """Read an experiment file and overrides into a validated :class:`ExperimentConfig`.
-
-    Args:
-        path: the experiment YAML.
-        overrides: dotted ``key=value`` strings merged over the file.
-
-    Raises:
-        ConfigError: one line naming the key or value and what is expected.
-    """
+def _read_yaml(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -285,20 +276,45 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from exc
     if loaded is None:
-        loaded = {}
+        return {}
     if not isinstance(loaded, dict):
         raise ConfigError(
             f"{path}: expected a mapping of sections (study, server, ...) at top level"
         )
+    return loaded
+
+
+def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Read an experiment file and overrides into a validated :class:`ExperimentConfig`.
+
+    Args:
+        path: the experiment YAML.
+        overrides: dotted ``key=value`` strings merged over the file, in order. An item without
+            ``=`` that names a ``.yaml``/``.yml`` file is merged as a whole (for example a
+            ``clusters/*.yaml`` section).
+
+    Raises:
+        ConfigError: one line naming the key or value and what is expected.
+    """
+    layers: list[tuple[str, dict[str, Any]]] = [(path, _read_yaml(path))]
+    dotlist: list[str] = []
     for item in overrides:
-        if "=" not in item or item.startswith("=") or item.startswith("+"):
+        if "=" not in item and item.endswith((".yaml", ".yml")):
+            layers.append((item, _read_yaml(item)))
+            continue
+        if "=" not in item or item.startswith(("=", "+")):
             raise ConfigError(
                 f"override {item!r}: expected dotted.key=value (e.g. study.n_trials=40)"
             )
+        dotlist.append(item)
+    source = path
     try:
-        schema = OmegaConf.structured(ExperimentConfig)
-        merged = OmegaConf.merge(schema, OmegaConf.create(loaded))
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        merged = OmegaConf.structured(ExperimentConfig)
+        for name, layer in layers:
+            source = name  # named in the error if this layer does not fit the schema
+            merged = OmegaConf.merge(merged, OmegaConf.create(layer))
+        source = "override"
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(dotlist))
         OmegaConf.resolve(merged)
         missing = sorted(OmegaConf.missing_keys(merged))
         if missing:
@@ -308,7 +324,7 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
             )
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"{path}: {_describe_omegaconf_error(exc)}") from exc
+        raise ConfigError(f"{source}: {_describe_omegaconf_error(exc)}") from exc
     except yaml.YAMLError as exc:  # a malformed override value
         raise ConfigError(f"override: invalid value ({exc})") from exc
     if not isinstance(cfg, ExperimentConfig):  # to_object of this schema always is
