@@ -59,6 +59,7 @@ class FakeBehaviour:
     ``error_after_chunks``: after that many chunks, send ``data: {"error": ...}`` and stop.
     ``flush_busy``: answer this many ``/flush_cache`` calls with 400 first.
     ``prompt_tokens``: reported ``prompt_tokens`` (default: words of the prompt).
+    ``status``: answer generation requests with this HTTP status and a JSON error instead.
     """
 
     ttft_s: float = 0.02
@@ -71,6 +72,7 @@ class FakeBehaviour:
     error_after_chunks: int | None = None
     flush_busy: int = 0
     prompt_tokens: int | None = None
+    status: int = 200
 
 
 @dataclasses.dataclass
@@ -209,6 +211,10 @@ class _App:
             return web.json_response(
                 {"error": {"message": f"unknown field {sorted(unknown)}"}}, status=400
             )
+        if self.behaviour.status != 200:
+            return web.json_response(
+                {"error": {"message": "fake status"}}, status=self.behaviour.status
+            )
         prompt = body.get("text") or ""
         max_new = int(sp.get("max_new_tokens", 128))
         em = Emission("generate", recv, prompt, max_new)
@@ -255,6 +261,10 @@ class _App:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         recv = time.perf_counter()
         body = await request.json()
+        if self.behaviour.status != 200:
+            return web.json_response(
+                {"error": {"message": "fake status"}}, status=self.behaviour.status
+            )
         prompt = body.get("prompt") or ""
         max_new = int(body.get("max_tokens", 16))
         em = Emission("completions", recv, prompt, max_new)
@@ -318,12 +328,12 @@ class FakeSGLangServer:
 
     def set_behaviour(self, behaviour: FakeBehaviour) -> None:
         """Replace the behaviour (and clear the log) before the next requests."""
-        self._loop.call_soon_threadsafe(self._app.set_behaviour, behaviour)
-        self.reset()
+        async def apply() -> None:
+            self._app.set_behaviour(behaviour)
+            self._app.log = []
+            self._app.flush_calls = 0
 
-    def reset(self) -> None:
-        self._app.log = []
-        self._app.flush_calls = 0
+        asyncio.run_coroutine_threadsafe(apply(), self._loop).result(10)
 
     def start(self) -> FakeSGLangServer:
         self._thread.start()
