@@ -1,0 +1,616 @@
+"""SGLang's HTTP API for the twin (``sglang-contract.md`` §5), on aiohttp.
+
+Shapes follow SGLang 0.5.23: ``/generate`` with cumulative SSE chunks and ``meta_info``; the
+OpenAI ``/v1/completions`` and ``/v1/chat/completions`` streams with an optional usage chunk;
+``/server_info`` with the resolved arguments and ``internal_states``; ``/flush_cache`` (400 when
+busy); ``/metrics`` under ``--enable-metrics``. Version gates: ``/server_info`` and
+``/model_info`` from 0.5.12, ``/ready`` from 0.5.20, HTTP 400 for unknown ``sampling_params``
+keys from 0.5.22.
+
+The twin never stops at an end-of-sequence token: every request generates exactly its token
+budget (``finish_reason`` ``length``). ``cached_tokens`` is always 0 (no prefix cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from collections.abc import Awaitable
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from rayspec.twin._engine import Engine
+from rayspec.twin._engine import EngineDead
+from rayspec.twin._engine import GenRequest
+from rayspec.twin._log import SglangLog
+from rayspec.twin._metrics import MetricsRegistry
+from rayspec.twin._resolve import Resolution
+from rayspec.twin._text import completion_ids
+from rayspec.twin._text import count_prompt_tokens
+from rayspec.twin._text import delta_text
+from rayspec.twin._text import detokenize
+
+SAMPLING_KEYS = frozenset({
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
+    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens",
+    "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+    "spaces_between_special_tokens", "no_stop_trim", "custom_params", "stream_interval",
+    "logit_bias", "sampling_seed",
+})
+FLUSH_OK = (
+    "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+    "waiting requests, the operation will not be performed.)\n"
+)
+FLUSH_BUSY = (
+    "Cache not flushed.\nPlease check backend logs for more details. (When there are running "
+    "or waiting requests, the operation will not be performed.)\n"
+)
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class ServerState:
+    """Lifecycle of one twin start: LOADING -> WARMUP -> READY (or stays, on a fault)."""
+
+    LOADING = "loading"
+    WARMUP = "warmup"
+    READY = "ready"
+
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _error(status: int, message: str) -> web.Response:
+    body = {"object": "error", "message": message, "type": "BadRequest", "param": None,
+            "code": status}
+    return web.json_response(body, status=status)
+
+
+class TwinServer:
+    """The HTTP side of one twin start.
+
+    Args:
+        engine: the scheduler.
+        resolution: the resolved server arguments.
+        log: SGLang-format log.
+        version: emulated SGLang version.
+        version_text: the version string reported in ``/server_info``.
+        seed: the twin seed (text generation).
+        twin_info: what ``/server_info["rayspec_twin"]`` reports (profile, seed, faults).
+        metrics: the registry when ``--enable-metrics``.
+        launch_command: the command line, for ``/server_info``.
+    """
+
+    def __init__(
+        self,
+        engine: Engine | None,
+        resolution: Resolution,
+        log: SglangLog,
+        *,
+        version: tuple[int, int, int],
+        version_text: str,
+        seed: int,
+        twin_info: dict[str, Any],
+        metrics: MetricsRegistry | None,
+        launch_command: str,
+    ) -> None:
+        self._engine = engine
+        self.resolution = resolution
+        self.args = resolution.args
+        self.log = log
+        self.version = version
+        self.version_text = version_text
+        self.seed = seed
+        self.twin_info = twin_info
+        self.metrics = metrics
+        self.launch_command = launch_command
+        self.state = ServerState.LOADING
+        self.startup_time = time.time()
+        self.model_name = str(self.args.get("served_model_name") or self.args["model_path"])
+        self.health_timeout_s = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+        self.on_request_start: Callable[[], None] | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """The scheduler (HTTP 503 while the server is still loading)."""
+        if self._engine is None:
+            raise web.HTTPServiceUnavailable(text="The server is starting.")
+        return self._engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def has_engine(self) -> bool:
+        return self._engine is not None
+
+    # ------------------------------------------------------------------ app
+
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._access_log], client_max_size=64 * 1024**2)
+        r = app.router
+        r.add_get("/health", self.health)
+        r.add_get("/health_generate", self.health)
+        if self.version >= (0, 5, 20):
+            r.add_get("/ready", self.ready)
+        r.add_get("/get_model_info", self.model_info)
+        r.add_get("/get_server_info", self.server_info)
+        if self.version >= (0, 5, 12):
+            r.add_get("/model_info", self.model_info)
+            r.add_get("/server_info", self.server_info)
+        r.add_route("GET", "/flush_cache", self.flush_cache)
+        r.add_route("POST", "/flush_cache", self.flush_cache)
+        r.add_route("POST", "/set_internal_state", self.set_internal_state)
+        r.add_route("PUT", "/set_internal_state", self.set_internal_state)
+        r.add_post("/generate", self.generate)
+        r.add_put("/generate", self.generate)
+        r.add_post("/v1/completions", self.completions)
+        r.add_post("/v1/chat/completions", self.chat_completions)
+        r.add_get("/v1/models", self.models)
+        if self.metrics is not None:
+            r.add_get("/metrics", self.metrics_endpoint)
+        return app
+
+    @web.middleware
+    async def _access_log(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            self._log_access(request, exc.status, exc.reason)
+            raise
+        self._log_access(request, response.status, response.reason)
+        return response
+
+    def _log_access(self, request: web.Request, status: int, reason: str) -> None:
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        where = f"{peer[0]}:{peer[1]}" if peer else "127.0.0.1:0"
+        self.log.access(where, request.method, request.path_qs, status, reason)
+
+    # ------------------------------------------------------------------ status endpoints
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self.state != ServerState.READY or not self.has_engine:
+            return web.Response(status=503)
+        if self.engine.frozen:  # a hung scheduler: no output within the health timeout
+            await asyncio.sleep(self.health_timeout_s)
+            return web.Response(status=503)
+        return web.Response(status=200)
+
+    async def ready(self, request: web.Request) -> web.Response:
+        if self.state == ServerState.READY and self.has_engine and not self.engine.frozen:
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "not ready"}, status=503)
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return web.json_response({
+            "model_path": self.args["model_path"],
+            "served_model_name": self.model_name,
+            "tokenizer_path": self.args.get("tokenizer_path") or self.args["model_path"],
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "load_format": self.args.get("load_format", "auto"),
+            "reasoning_parser": None,
+            "tool_call_parser": None,
+            "disaggregation_mode": "null",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "kimi_k25",
+            "architectures": [self.twin_info.get("architecture", "")],
+        })
+
+    def server_info_dict(self) -> dict[str, Any]:
+        """The ``/server_info`` body (also used by the metrics and tests)."""
+        args = dict(self.args)
+        internal: dict[str, Any] = dict(args)
+        internal.update({
+            "world_size": args["tp_size"],
+            "startup_time": self.startup_time,
+            "effective_max_running_requests_per_dp": self.engine.cap,
+            "last_gen_throughput": self.engine.stats.last_gen_throughput,
+            "memory_usage": {
+                "weight": 0.0, "kvcache": 0.0, "startup_available": 0.0,
+                "token_capacity": self.engine.max_total_tokens, "graph": {},
+            },
+        })
+        accept = self.engine.avg_spec_accept_length()
+        if accept is not None:
+            internal["avg_spec_accept_length"] = accept
+        if self.engine.step_time_dict is not None:
+            internal["step_time_dict"] = {
+                k: list(v) for k, v in self.engine.step_time_dict.items()
+            }
+        args.update({
+            "launch_command": self.launch_command,
+            "version": self.version_text,
+            "frontend": "python",
+            "startup_time": self.startup_time,
+            "kv_events": None,
+            "internal_states": [internal],
+            "rayspec_twin": self.twin_info,
+        })
+        return args
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        if request.path == "/get_server_info" and self.version >= (0, 5, 12):
+            self.log.server(
+                "Endpoint '/get_server_info' is deprecated and will be removed in a future "
+                "version. Please use '/server_info' instead.", logging.WARNING,
+            )
+        return web.json_response(self.server_info_dict())
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        if not self.engine.flush():
+            self.log.scheduler(
+                "Cache not flushed because there are pending requests. "
+                f"#queue-req: {self.engine.num_waiting}, #running-req: {self.engine.num_running}",
+                logging.WARNING,
+            )
+            return web.Response(status=400, text=FLUSH_BUSY)
+        self.log.scheduler("Cache flushed successfully!")
+        return web.Response(status=200, text=FLUSH_OK)
+
+    async def set_internal_state(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        updates = body.get("server_args", {}) if isinstance(body, dict) else {}
+        allowed = {"pp_max_micro_batch_size", "speculative_accept_threshold_single",
+                   "speculative_accept_threshold_acc"}
+        if any(k not in allowed and not k.startswith("dspark_") for k in updates):
+            return web.json_response({"updated": False, "server_args": {}})
+        self.engine.flush()
+        return web.json_response({"updated": True, "server_args": updates})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({
+            "object": "list",
+            "data": [{
+                "id": self.model_name, "object": "model", "created": int(self.startup_time),
+                "owned_by": "sglang", "root": self.model_name,
+                "max_model_len": self.args.get("context_length"),
+            }],
+        })
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        if self.metrics is None:  # the route is only mounted with --enable-metrics
+            raise web.HTTPNotFound()
+        eng = self.engine
+        spec = eng.spec
+        gauges: dict[str, float] = {
+            "num_running_reqs": eng.num_running,
+            "num_queue_reqs": eng.num_waiting,
+            "num_used_tokens": eng.used_tokens,
+            "token_usage": eng.used_tokens / eng.max_total_tokens,
+            "gen_throughput": eng.stats.last_gen_throughput,
+            "cache_hit_rate": 0.0,
+            "max_total_num_tokens": eng.max_total_tokens,
+            "is_cuda_graph": 1.0 if eng.graph_enabled else 0.0,
+            "spec_accept_length": eng.stats.last_accept_length,
+            "spec_accept_rate": eng.stats.last_accept_rate,
+        }
+        counters: dict[str, float] = {
+            "prompt_tokens_total": eng.stats.prompt_tokens,
+            "generation_tokens_total": eng.stats.generated_tokens,
+            "num_requests_total": eng.stats.requests,
+        }
+        if self.version >= (0, 5, 18):
+            gauges["spec_num_steps"] = spec.num_steps if spec else 0
+            gauges["spec_num_draft_tokens"] = spec.num_draft_tokens if spec else 0
+            counters["spec_verify_calls_total"] = eng.stats.verify_calls
+        text = self.metrics.render(gauges, counters)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    # ------------------------------------------------------------------ generation core
+
+    def _check_serving(self) -> web.Response | None:
+        if self.state == ServerState.LOADING or not self.has_engine:
+            return web.Response(status=503, text="The server is starting.")
+        return None
+
+    def submit(self, prompt_key: str, prompt_tokens: int, max_new_tokens: int,
+               rid: str | None = None) -> GenRequest:
+        """Queue one generation in the engine (also used for the warmup request)."""
+        if self.on_request_start is not None:
+            self.on_request_start()
+        ids = completion_ids(self.seed, prompt_key, max(0, max_new_tokens))
+        return self.engine.submit(
+            rid=rid or uuid.uuid4().hex,
+            prompt_tokens=prompt_tokens,
+            max_new_tokens=max_new_tokens,
+            output_ids=ids,
+        )
+
+    def meta_info(self, req: GenRequest, final: bool) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "id": req.rid,
+            "finish_reason": (
+                {"type": "abort", "message": "aborted"} if final and req.aborted
+                else {"type": "length", "length": req.max_new_tokens} if final else None
+            ),
+            "prompt_tokens": req.prompt_tokens,
+            "weight_version": "default",
+            "completion_tokens": req.output_tokens,
+            "cached_tokens": 0,
+            "reasoning_tokens": 0,
+            "num_retractions": 0,
+        }
+        if final:
+            end = req.finished_s if req.finished_s is not None else time.monotonic()
+            meta["e2e_latency"] = end - req.arrival_s
+            meta.update(req.meta_spec(self.engine.spec, self.version))
+        return meta
+
+    async def _run_to_end(self, req: GenRequest) -> None:
+        async for _ in self.engine.updates(req):
+            pass
+
+    async def _merged_updates(
+        self, reqs: list[GenRequest]
+    ) -> AsyncIterator[tuple[int, GenRequest]]:
+        """(index, request) each time one of ``reqs`` got tokens, until all finish."""
+        if len(reqs) == 1:
+            async for _ in self.engine.updates(reqs[0]):
+                yield 0, reqs[0]
+            return
+        queue: asyncio.Queue[tuple[int, GenRequest] | BaseException | None] = asyncio.Queue()
+
+        async def pump(i: int, req: GenRequest) -> None:
+            try:
+                async for _ in self.engine.updates(req):
+                    queue.put_nowait((i, req))
+            except BaseException as exc:  # forwarded to the consumer, re-raised there
+                queue.put_nowait(exc)
+            finally:
+                queue.put_nowait(None)
+
+        tasks = [asyncio.ensure_future(pump(i, r)) for i, r in enumerate(reqs)]
+        done = 0
+        try:
+            while done < len(reqs):
+                item = await queue.get()
+                if item is None:
+                    done += 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    def _abort_all(self, reqs: list[GenRequest]) -> None:
+        for req in reqs:
+            self.engine.abort(req)
+
+    # ------------------------------------------------------------------ /generate
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        blocked = self._check_serving()
+        if blocked is not None:
+            return blocked
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as exc:
+            return _error(400, f"Invalid JSON: {exc}")
+        if not isinstance(body, dict):
+            return _error(400, "The request body must be a JSON object.")
+        text, input_ids = body.get("text"), body.get("input_ids")
+        if text is None and input_ids is None:
+            return _error(400, "Either text or input_ids should be provided.")
+        if text is not None:
+            prompts = text if isinstance(text, list) else [text]
+            keys = [str(t) for t in prompts]
+            counts = [count_prompt_tokens(str(t)) for t in prompts]
+        else:
+            batch_ids = input_ids if input_ids and isinstance(input_ids[0], list) else [input_ids]
+            keys = [json.dumps(ids) for ids in batch_ids]
+            counts = [max(1, len(ids)) for ids in batch_ids]
+        is_batch = isinstance(text, list) or (
+            text is None and bool(input_ids) and isinstance(input_ids[0], list)
+        )
+        sp = body.get("sampling_params") or {}
+        sps = sp if isinstance(sp, list) else [sp] * len(keys)
+        for one in sps:
+            unknown = sorted(set(one) - SAMPLING_KEYS)
+            if unknown and self.version >= (0, 5, 22):
+                return _error(400, f"unknown field `{unknown[0]}` in sampling_params")
+        rid = body.get("rid")
+        rids = rid if isinstance(rid, list) else [rid] * len(keys)
+        reqs = [
+            self.submit(key, n, int(one.get("max_new_tokens", 128)),
+                        rid=(r if len(keys) == 1 else None) or None)
+            for key, n, one, r in zip(keys, counts, sps, rids, strict=False)
+        ]
+        if not body.get("stream"):
+            try:
+                await asyncio.gather(*(self._run_to_end(r) for r in reqs))
+            except EngineDead:
+                return await self._die_forever()
+            except (asyncio.CancelledError, ConnectionError):
+                self._abort_all(reqs)
+                raise
+            outs = [self._generate_obj(r, final=True) for r in reqs]
+            return web.json_response(outs if is_batch else outs[0])
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        await resp.prepare(request)
+        interval = max(1, int(self.args.get("stream_interval") or 1))
+        emitted = [0] * len(reqs)
+        sent = [0] * len(reqs)
+        try:
+            async for i, req in self._merged_updates(reqs):
+                emitted[i] += 1
+                if not req.finished and emitted[i] % interval:
+                    continue
+                obj = self._generate_obj(req, final=req.finished, since=sent[i])
+                sent[i] = req.output_tokens
+                if is_batch:
+                    obj["index"] = i
+                await resp.write(_sse(obj))
+            await resp.write(b"data: [DONE]\n\n")
+        except EngineDead:
+            return await self._die_forever()
+        except (asyncio.CancelledError, ConnectionError):
+            self._abort_all(reqs)
+            raise
+        return resp
+
+    def _generate_obj(self, req: GenRequest, final: bool, since: int = 0) -> dict[str, Any]:
+        ids = req.output_so_far
+        if self.args.get("incremental_streaming_output"):
+            return {"text": delta_text(ids, since), "output_ids": ids[since:],
+                    "meta_info": self.meta_info(req, final)}
+        return {"text": detokenize(ids), "output_ids": ids,
+                "meta_info": self.meta_info(req, final)}
+
+    async def _die_forever(self) -> web.Response:
+        """The scheduler died: the process is going away; never answer."""
+        await asyncio.Event().wait()
+        return web.Response(status=500)  # pragma: no cover
+
+    # ------------------------------------------------------------------ OpenAI
+
+    def _usage(self, req: GenRequest) -> dict[str, Any]:
+        usage: dict[str, Any] = {
+            "prompt_tokens": req.prompt_tokens,
+            "total_tokens": req.prompt_tokens + req.output_tokens,
+            "completion_tokens": req.output_tokens,
+            "prompt_tokens_details": None,
+            "reasoning_tokens": 0,
+        }
+        if self.args.get("enable_cache_report"):
+            usage["prompt_tokens_details"] = {"cached_tokens": 0}
+        return usage
+
+    def _sglext(self, req: GenRequest) -> dict[str, Any]:
+        return {"spec_tokens_details": req.meta_spec(self.engine.spec, self.version)}
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, chat=False)
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, chat=True)
+
+    async def _openai(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        blocked = self._check_serving()
+        if blocked is not None:
+            return blocked
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as exc:
+            return _error(400, f"Invalid JSON: {exc}")
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                return _error(400, "messages must be a non-empty list")
+            parts = []
+            for m in messages:
+                content = m.get("content") if isinstance(m, dict) else None
+                if isinstance(content, list):
+                    content = " ".join(str(c.get("text", "")) for c in content
+                                       if isinstance(c, dict))
+                parts.append(str(content or ""))
+            prompt_key = json.dumps(parts)
+            prompt_tokens = count_prompt_tokens(" ".join(parts))
+            max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 128
+            obj_kind = "chat.completion"
+        else:
+            prompt = body.get("prompt")
+            if prompt is None:
+                return _error(400, "prompt is required")
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+                prompt = prompt[0]
+            if isinstance(prompt, str):
+                prompt_key, prompt_tokens = prompt, count_prompt_tokens(prompt)
+            else:
+                ids = prompt[0] if prompt and isinstance(prompt[0], list) else prompt
+                prompt_key, prompt_tokens = json.dumps(ids), max(1, len(ids))
+            max_tokens = body.get("max_tokens")
+            max_tokens = 16 if max_tokens is None else max_tokens
+            obj_kind = "text_completion"
+        req = self.submit(prompt_key, prompt_tokens, int(max_tokens))
+        rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
+        created = int(time.time())
+        model = str(body.get("model") or self.model_name)
+        spec_details = bool(body.get("return_spec_tokens_details"))
+        if not body.get("stream"):
+            try:
+                await self._run_to_end(req)
+            except EngineDead:
+                return await self._die_forever()
+            except (asyncio.CancelledError, ConnectionError):
+                self.engine.abort(req)
+                raise
+            text = detokenize(req.output_so_far)
+            choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length",
+                                      "matched_stop": None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text,
+                                     "reasoning_content": None, "tool_calls": None}
+            else:
+                choice["text"] = text
+            out: dict[str, Any] = {"id": rid, "object": obj_kind, "created": created,
+                                   "model": model, "choices": [choice],
+                                   "usage": self._usage(req)}
+            if spec_details:
+                out["sglext"] = self._sglext(req)
+            return web.json_response(out)
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage")) or bool(
+            self.args.get("stream_response_default_include_usage"))
+        continuous = bool(options.get("continuous_usage_stats"))
+        chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        await resp.prepare(request)
+
+        def chunk(delta: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+            c: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish,
+                                 "matched_stop": None}
+            if chat:
+                d: dict[str, Any] = {}
+                if role:
+                    d["role"] = "assistant"
+                if delta is not None:
+                    d["content"] = delta
+                c["delta"] = d
+            else:
+                c["text"] = delta or ""
+            o: dict[str, Any] = {"id": rid, "object": chunk_kind, "created": created,
+                                 "model": model, "choices": [c], "usage": None}
+            if continuous:
+                o["usage"] = self._usage(req)
+            return o
+
+        try:
+            if chat:
+                await resp.write(_sse(chunk("", None, role=True)))
+            sent = 0
+            async for _ in self.engine.updates(req):
+                ids = req.output_so_far
+                if len(ids) > sent:
+                    await resp.write(_sse(chunk(delta_text(ids, sent), None)))
+                    sent = len(ids)
+                if req.finished:
+                    final = chunk(None if chat else "", "length")
+                    if spec_details:
+                        final["sglext"] = self._sglext(req)
+                    await resp.write(_sse(final))
+            if include_usage:
+                await resp.write(_sse({"id": rid, "object": chunk_kind, "created": created,
+                                       "model": model, "choices": [],
+                                       "usage": self._usage(req)}))
+            await resp.write(b"data: [DONE]\n\n")
+        except EngineDead:
+            return await self._die_forever()
+        except (asyncio.CancelledError, ConnectionError):
+            self.engine.abort(req)
+            raise
+        return resp

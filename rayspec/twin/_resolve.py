@@ -1,0 +1,251 @@
+"""SGLang's argument resolution (``sglang-contract.md`` §3.3, §3.4, §4), for the twin.
+
+:func:`resolve_server_args` applies SGLang's rules in SGLang's order (cuda-graph and memory
+defaults, attention backend, page size, then speculative decoding) and raises the very exception
+types SGLang raises for bad combinations, so a launcher sees the same failure at the same time:
+
+- ``ValueError: Unknown speculative algorithm name: FOO``;
+- a bare ``AssertionError`` for topk and/or draft tokens without steps;
+- ``TypeError: '>' not supported between instances of 'NoneType' and 'int'`` for steps without
+  topk;
+- ``ValueError`` for trtllm_mha with topk > 1 and for paged trees on other backends.
+
+A draft budget the tree cannot hold is *not* an error here (SGLang does not check it either); the
+resolution reports it in :attr:`Resolution.tree_error` and the engine fails at the first decode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from rayspec._types import SpecSettings
+
+# Algorithms SGLang 0.5.23 knows (spec_info.py), and those the twin can simulate.
+KNOWN_ALGORITHMS = (
+    "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP",
+)
+SIMULATED_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+
+TOPK1_WARNING = (
+    "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+    "speculative_eagle_topk == 1"
+)
+MAX_RUNNING_WARNING = (
+    "Max running requests is reset to 48 for speculative decoding. You can override this by "
+    "explicitly setting --max-running-requests."
+)
+CUDA_GRAPH_DEPRECATION = (
+    "'--disable-cuda-graph' is deprecated and will be removed in a future release. Use "
+    "'--cuda-graph-backend-{decode,prefill}=disabled' instead."
+)
+CUDA_GRAPH_MAX_BS_DEPRECATION = (
+    "'--cuda-graph-max-bs' is deprecated. Use '--cuda-graph-max-bs-decode' instead."
+)
+
+# Without speculation SGLang derives the cap from the request pool; the twin uses this constant.
+DEFAULT_MAX_RUNNING_NO_SPEC = 4096
+# A 96 GB PCIe card (RTX PRO 6000 class), the reference profile's assumed GPU.
+DEFAULT_GPU_MEM_MIB = 97887
+DEFAULT_CONTEXT_LEN = 262144
+
+_MEMORY_TABLE = (  # (upper bound GiB, chunked_prefill_size, max bs tp<4, max bs tp>=4)
+    (20, 2048, 8, 8),
+    (35, 4096, 48, 160),
+    (60, 4096, 32, 160),
+    (90, 8192, 256, 512),
+    (160, 8192, 256, 512),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolution:
+    """The effective server arguments after SGLang's rules.
+
+    Attributes:
+        args: every argument with its effective value (what ``/server_info`` reports).
+        spec: the speculative settings, or None without speculation.
+        warnings: log lines SGLang prints while resolving, in order.
+        tree_error: set when the draft budget exceeds the tree (fails at the first decode).
+        env_updates: SGLang's own environment writes (§3.4), applied before NCCL is read.
+    """
+
+    args: Mapping[str, Any]
+    spec: SpecSettings | None
+    warnings: tuple[str, ...]
+    tree_error: str | None
+    env_updates: Mapping[str, str]
+
+    @property
+    def max_running_requests(self) -> int:
+        return int(self.args["max_running_requests"])
+
+
+def _auto_spec_params(architecture: str, version: tuple[int, int, int]) -> tuple[int, int, int]:
+    """SGLang's ``_auto_choose_speculative_params`` by target architecture (§4.3)."""
+    if architecture in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ModelForCausalLM"):
+        return 5, 4, 8
+    deepseek_like = ("Deepseek", "GptOss", "Glm4Moe", "BailingMoe", "MiMoV2", "KimiK25")
+    if version >= (0, 5, 12) or architecture.startswith(deepseek_like):
+        return 3, 1, 4
+    return 5, 4, 8
+
+
+def _memory_defaults(gpu_mem_mib: int, tp: int) -> tuple[int, int]:
+    """(chunked_prefill_size, decode cuda-graph max bs) from SGLang's GPU-memory table."""
+    gib = gpu_mem_mib / 1024
+    for bound, chunk, bs_small, bs_large in _MEMORY_TABLE:
+        if gib < bound:
+            return chunk, bs_small if tp < 4 else bs_large
+    return 16384, 512
+
+
+def sglang_env_updates(
+    ns: argparse.Namespace, env: Mapping[str, str], version: tuple[int, int, int]
+) -> dict[str, str]:
+    """The environment writes of ``engine.py`` (§3.4), as a dict of new values."""
+    updates = {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}
+    if ns.enable_nccl_nvls or ns.enable_symm_mem:
+        updates["NCCL_NVLS_ENABLE"] = "1"
+    elif version >= (0, 5, 23):
+        if "NCCL_NVLS_ENABLE" not in env:
+            updates["NCCL_NVLS_ENABLE"] = "0"
+    else:
+        updates["NCCL_NVLS_ENABLE"] = str(int(bool(ns.enable_nccl_nvls)))
+    if version < (0, 5, 12):
+        updates["NCCL_CUMEM_ENABLE"] = "0"
+    elif version < (0, 5, 23) or "NCCL_CUMEM_ENABLE" not in env:
+        updates["NCCL_CUMEM_ENABLE"] = str(int(bool(ns.enable_symm_mem)))
+    return updates
+
+
+def resolve_server_args(
+    ns: argparse.Namespace,
+    *,
+    architecture: str,
+    gpu_mem_mib: int = DEFAULT_GPU_MEM_MIB,
+    context_len: int = DEFAULT_CONTEXT_LEN,
+    env: Mapping[str, str] | None = None,
+) -> Resolution:
+    """Apply SGLang's resolution rules to parsed arguments.
+
+    Args:
+        ns: the namespace from :func:`rayspec.twin._args.parse_args`.
+        architecture: the target's ``architectures[0]`` (drives the automatic spec parameters).
+        gpu_mem_mib: GPU memory of one card, for the memory-table defaults.
+        context_len: the model's context length when ``--context-length`` is not given.
+        env: the process environment (for SGLang's own environment writes).
+
+    Returns:
+        The effective arguments.
+
+    Raises:
+        ValueError: unknown algorithm, trtllm_mha with topk > 1, paged tree on a backend that
+            cannot do it (SGLang's messages).
+        AssertionError: topk and/or draft tokens given without steps.
+        TypeError: steps given without topk.
+    """
+    version: tuple[int, int, int] = ns.twin_version_tuple
+    args: dict[str, Any] = {
+        k: v for k, v in vars(ns).items() if not k.startswith("twin_") or k == "twin_version"
+    }
+    warnings: list[str] = []
+    if ns.disable_cuda_graph and version >= (0, 5, 23):
+        warnings.append(CUDA_GRAPH_DEPRECATION)
+
+    # 1. cuda graph and memory defaults (before the speculative rules: the 48 cap does not
+    #    lower the graph size).
+    tp = ns.tp_size
+    chunk_default, bs_default = _memory_defaults(gpu_mem_mib, tp)
+    max_bs = ns.cuda_graph_max_bs_decode
+    if max_bs is None:
+        max_bs = bs_default
+        if ns.max_running_requests is not None:
+            max_bs = min(max_bs, ns.max_running_requests)
+    args["cuda_graph_max_bs_decode"] = max_bs
+    if args.get("chunked_prefill_size") is None:
+        args["chunked_prefill_size"] = chunk_default
+    graph_disabled = bool(
+        ns.disable_cuda_graph
+        or getattr(ns, "disable_decode_cuda_graph", False)
+        or getattr(ns, "cuda_graph_backend_decode", None) == "disabled"
+    )
+    args["cuda_graph_decode_enabled"] = not graph_disabled
+    if ns.mem_fraction_static is None:
+        reserved = 512 + 1.5 * max(args["chunked_prefill_size"], 2048) + tp * ns.pp_size / 8 * 1024
+        reserved += 2 * max_bs
+        if gpu_mem_mib > 60 * 1024:
+            reserved = max(reserved, 10240)
+        args["mem_fraction_static"] = round((gpu_mem_mib - reserved) / gpu_mem_mib, 3)
+    args["context_length"] = ns.context_length or context_len
+
+    # 2. attention backend and page size: decided while topk is still the operator's value.
+    topk_given = ns.speculative_eagle_topk
+    page_size = ns.page_size if ns.page_size is not None else 1
+    args["page_size"] = page_size
+    if ns.attention_backend is None:
+        no_spec_or_topk_one = topk_given is None or (topk_given == 1 and page_size == 1)
+        args["attention_backend"] = "fa3" if no_spec_or_topk_one else "flashinfer"
+
+    # 3. speculative decoding.
+    spec: SpecSettings | None = None
+    tree_error: str | None = None
+    if ns.speculative_algorithm is None:
+        if ns.max_running_requests is None:
+            args["max_running_requests"] = DEFAULT_MAX_RUNNING_NO_SPEC
+    else:
+        algo = ns.speculative_algorithm.upper()
+        if algo not in KNOWN_ALGORITHMS:
+            raise ValueError(f"Unknown speculative algorithm name: {ns.speculative_algorithm}")
+        if algo == "NEXTN":
+            algo = "EAGLE"
+        args["speculative_algorithm"] = algo
+        if ns.max_running_requests is None:
+            args["max_running_requests"] = 48
+            warnings.append(MAX_RUNNING_WARNING)
+        steps = ns.speculative_num_steps
+        topk = ns.speculative_eagle_topk
+        ndt = ns.speculative_num_draft_tokens
+        if steps is None:
+            if topk is not None or ndt is not None:
+                raise AssertionError  # SGLang's bare assert (rule 6); explicit so -O keeps it
+            steps, topk, ndt = _auto_spec_params(architecture, version)
+        topk_gt_one = topk > 1  # TypeError when steps came without topk (rule 11)
+        if "trtllm_mha" in str(args["attention_backend"]) and topk_gt_one:
+            raise ValueError(
+                "trtllm_mha backend only supports topk = 1 for speculative decoding."
+            )
+        if topk == 1 and ndt != steps + 1:
+            warnings.append(TOPK1_WARNING)
+            ndt = steps + 1
+        if ndt is None:  # steps + topk > 1 without draft tokens: unverified in SGLang
+            raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
+        if topk_gt_one and page_size > 1 and args["attention_backend"] not in (
+            "flashinfer", "fa3", "triton"
+        ):
+            raise ValueError(
+                "speculative_eagle_topk > 1 with page_size > 1 is only supported by the "
+                "flashinfer, fa3 and triton attention backends."
+            )
+        args["speculative_num_steps"] = steps
+        args["speculative_eagle_topk"] = topk
+        args["speculative_num_draft_tokens"] = ndt
+        spec = SpecSettings(algo, steps, topk, ndt)
+        if not spec.fits_tree:
+            tree_error = "selected index k out of range"
+        if algo not in SIMULATED_ALGORITHMS:
+            raise NotImplementedError(
+                f"rayspec twin: speculative algorithm {algo} is valid in SGLang but is not "
+                f"simulated (simulated: {', '.join(SIMULATED_ALGORITHMS)}, NEXTN)"
+            )
+
+    env_updates = sglang_env_updates(ns, env or {}, version)
+    return Resolution(
+        args=args,
+        spec=spec,
+        warnings=tuple(warnings),
+        tree_error=tree_error,
+        env_updates=env_updates,
+    )

@@ -1,0 +1,43 @@
+"""Deterministic pseudo-text for the twin: one token is one word.
+
+The words of a completion depend only on the twin's seed and the prompt, like greedy decoding of a
+real model: the same prompt gives the same text. Token ids are the word's index plus an offset, so
+they look like vocabulary ids.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+_SYLLABLES = (
+    "ka", "lo", "mi", "ne", "su", "ta", "ri", "vo", "pe", "da", "fu", "ge", "ho", "ji", "ba", "zo",
+)
+WORDS: tuple[str, ...] = tuple(
+    a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in ("", "n", "s", "r")
+)
+TOKEN_ID_OFFSET = 1000
+
+
+def count_prompt_tokens(text: str) -> int:
+    """Prompt length in twin tokens: the number of whitespace-separated words (at least 1)."""
+    return max(1, len(text.split()))
+
+
+def completion_ids(seed: int, prompt_key: str, n: int) -> list[int]:
+    """The first ``n`` token ids of the completion of ``prompt_key`` under ``seed``."""
+    crc = zlib.crc32(prompt_key.encode("utf-8", "surrogatepass"))
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, crc])
+    return (rng.integers(0, len(WORDS), size=n) + TOKEN_ID_OFFSET).tolist()
+
+
+def detokenize(ids: list[int]) -> str:
+    """Space-joined words of ``ids`` (the first word has no leading space)."""
+    return " ".join(WORDS[(i - TOKEN_ID_OFFSET) % len(WORDS)] for i in ids)
+
+
+def delta_text(ids: list[int], start: int) -> str:
+    """The text that ``ids[start:]`` adds to ``detokenize(ids[:start])``."""
+    text = detokenize(ids[start:])
+    return text if start == 0 or not text else " " + text
