@@ -173,25 +173,16 @@ class SpeculativeSpace:
     num_draft_tokens: list[int] = field(default_factory=lambda: [2, 3, 4, 6, 8])
 
 
-def _default_nccl() -> dict[str, list[str]]:
-    return {
-        "NCCL_PROTO": [UNSET, "LL", "LL128", "Simple"],
-        "NCCL_ALGO": [UNSET, "Ring", "Tree"],
-        "NCCL_P2P_LEVEL": [UNSET, "PHB", "SYS"],
-        "NCCL_MAX_NCHANNELS": [UNSET, "4", "16"],
-        "NCCL_BUFFSIZE": [UNSET, "4194304", "16777216"],
-        "NCCL_NTHREADS": [UNSET, "256", "512"],
-    }
-
-
 @dataclass
 class SearchConfig:
     """The search space. ``unset`` is always a choice of every NCCL variable (added if absent).
 
-    ``flags`` maps a server flag to its choices; a value ``on``/``off`` makes it a switch.
+    ``nccl`` maps each searched variable to its values; a file's mapping replaces the default
+    (empty) one, so only what the experiment lists is searched. ``flags`` maps a server flag to
+    its choices; a value ``on``/``off`` makes it a switch.
     """
 
-    nccl: dict[str, list[str]] = field(default_factory=_default_nccl)
+    nccl: dict[str, list[str]] = field(default_factory=dict)
     speculative: SpeculativeSpace = field(default_factory=SpeculativeSpace)
     flags: dict[str, list[str]] = field(default_factory=dict)
 

@@ -1,0 +1,160 @@
+"""The bad-input corpus: each case is refused with one clear line, exit code 2, nothing started.
+
+"Nothing started" means: no Ray in this process, no study folder written, and (for one case run
+as a real subprocess) no process left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from rayspec.tune.__main__ import main
+from tests.helpers import REPO
+from tests.helpers import twin_doc
+from tests.helpers import write_experiment
+
+FIELD = {"server": {"engine": "sglang", "model_path": "org/kimi", "draft_model_path": "org/d"}}
+
+# (case id, sections merged into a minimal twin experiment, overrides, expected text)
+CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
+    ("unknown-key-yaml", {"server": {"tp_sise": 8}}, [], "did you mean 'tp_size'"),
+    ("unknown-key-override", {}, ["bench.repeat=3"], "did you mean 'repeats'"),
+    ("unknown-section", {}, ["servers.port=1"], "servers"),
+    ("wrong-type", {}, ["study.n_trials=abc"], "study.n_trials"),
+    ("wrong-type-float", {}, ["bench.repeats=2.5"], "bench.repeats"),
+    ("n-trials-zero", {}, ["study.n_trials=0"], "study.n_trials: 0 must be at least 1"),
+    ("port-range", {}, ["server.port=70000"], "server.port: 70000"),
+    ("tp-zero", {}, ["server.tp_size=0"], "server.tp_size: 0"),
+    ("repeats-zero", {}, ["bench.repeats=0"], "bench.repeats: 0"),
+    ("max-tokens-negative", {}, ["bench.max_tokens=-1"], "bench.max_tokens: -1"),
+    ("mem-fraction", {}, ["server.mem_fraction_static=1.5"], "server.mem_fraction_static"),
+    ("unknown-engine", {}, ["server.engine=vllm"], "server.engine: Invalid value 'vllm'"),
+    ("unknown-sampler", {}, ["study.sampler=bayes"], "study.sampler: Invalid value 'bayes'"),
+    ("override-no-equals", {}, ["study.n_trials"], "expected dotted.key=value"),
+    ("override-no-key", {}, ["=5"], "expected dotted.key=value"),
+    ("override-plus", {}, ["+study.extra=1"], "expected dotted.key=value"),
+    ("missing-model-path", {"server": {"engine": "sglang"}}, [], "server.model_path: required"),
+    (
+        "missing-draft-path",
+        {"server": {"engine": "sglang", "model_path": "org/kimi"}},
+        [],
+        "server.draft_model_path: required",
+    ),
+    (
+        "env-and-search",
+        {"server": {"env": {"NCCL_PROTO": "LL"}}, "search": {"nccl": {"NCCL_PROTO": ["LL"]}}},
+        [],
+        "search.nccl.NCCL_PROTO: is also fixed in server.env",
+    ),
+    (
+        "flag-fixed-and-searched",
+        {
+            "server": {"extra_flags": ["--disable-custom-all-reduce"]},
+            "search": {"flags": {"--disable-custom-all-reduce": ["on", "off"]}},
+        },
+        [],
+        "is also fixed in server.extra_flags",
+    ),
+    ("managed-flag", {"server": {"extra_flags": ["--port", "1"]}}, [], "--port is set by rayspec"),
+    ("nvls-flag", {"server": {"extra_flags": ["--enable-nccl-nvls"]}}, [], "NVLink multicast"),
+    (
+        "symm-mem-searched",
+        {"search": {"flags": {"--enable-symm-mem": ["on", "off"]}}},
+        [],
+        "--enable-symm-mem turns NVLink multicast on",
+    ),
+    ("nvls-env", {"server": {"env": {"NCCL_NVLS_ENABLE": "1"}}}, [], "NCCL_NVLS_ENABLE"),
+    ("nvls-algo", {"search": {"nccl": {"NCCL_ALGO": ["Ring", "NVLS"]}}}, [], "uses NVLS"),
+    ("env-name", {"server": {"env": {"1BAD": "x"}}}, [], "not a valid environment variable"),
+    ("non-nccl-searched", {"search": {"nccl": {"CUDA_X": ["1"]}}}, [], "only NCCL_* variables"),
+    (
+        "dead-flag",
+        {"search": {"flags": {"--num-continuous-decode-steps": ["1", "4"]}}},
+        [],
+        "never read by SGLang",
+    ),
+    ("spec-mode", {}, ["search.speculative.modes=[off,MEDUSA]"], "'MEDUSA' is not one of"),
+    ("steps-zero", {}, ["search.speculative.num_steps=[0,2]"], "0 must be at least 1"),
+    (
+        "enqueue-value",
+        {
+            "study": {"enqueue": [{"nccl.NCCL_PROTO": "LL256"}]},
+            "search": {"nccl": {"NCCL_PROTO": ["LL", "Simple"]}},
+        },
+        [],
+        "study.enqueue[0].nccl.NCCL_PROTO: 'LL256' is not one of the choices",
+    ),
+    (
+        "enqueue-param",
+        {"study": {"enqueue": [{"spec.depth": 3}]}},
+        [],
+        "spec.depth: not a parameter",
+    ),
+    ("study-name", {"study": {"name": "a/b"}}, [], "study.name"),
+    (
+        "fault-on-real-engine",
+        {**FIELD, "server": {**FIELD["server"], "twin": {"fault": "oom"}}},
+        [],
+        "server.twin.fault",
+    ),
+    ("twin-profile", {"server": {"twin": {"profile": "no-such-node"}}}, [], "server.twin.profile"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_refused(case, tmp_path, capsys) -> None:
+    _, sections, overrides, expected = case
+    out = tmp_path / "runs"
+    path = write_experiment(str(tmp_path), twin_doc(str(out), **sections))
+    rc = main([path, *overrides])
+    err = capsys.readouterr().err
+    assert rc == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ")
+    assert expected in lines[0]
+    assert not out.exists()  # nothing written
+    assert "ray" not in sys.modules or not sys.modules["ray"].is_initialized()
+
+
+def test_unreadable_and_invalid_files(tmp_path, capsys) -> None:
+    assert main([str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read the experiment file" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("study: {name: x\nserver: [\n")
+    assert main([str(bad)]) == 2
+    assert "invalid YAML at line" in capsys.readouterr().err
+    listy = tmp_path / "list.yaml"
+    listy.write_text("- a\n- b\n")
+    assert main([str(listy)]) == 2
+    assert "expected a mapping" in capsys.readouterr().err
+
+
+def test_taken_port_is_refused_before_anything_starts(tmp_path) -> None:
+    """A real subprocess: exit 2, one line, no study folder, no child left."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        out = tmp_path / "runs"
+        path = write_experiment(str(tmp_path), twin_doc(str(out)))
+        proc = subprocess.run(
+            [sys.executable, "-m", "rayspec.tune", path, f"server.port={port}"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"error: server.port: {port} on 127.0.0.1 is already in use; free it or choose "
+        "another with server.port=..."
+    )
+    assert not out.exists()
