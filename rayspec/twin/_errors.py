@@ -6,6 +6,7 @@
     ├── ProfileError (also ValueError)      a profile YAML is missing, unknown or malformed
     ├── NcclError                           a simulated NCCL failure
     │   ├── NcclInitError                   fails at communicator init (bad NCCL_PROTO/ALGO token)
+    │   │   └── NcclForbiddenError          NVLink multicast asked for where it must stay off
     │   └── NcclNoAlgorithmError            fails at the first collective (no usable algorithm)
     └── DraftTreeError (also RuntimeError)  draft-token budget larger than the tree (first decode)
 
@@ -42,6 +43,13 @@ class NcclInitError(NcclError):
     """NCCL refuses to create the communicator (the server dies during distributed init)."""
 
     reason = FailureReason.NCCL_INIT
+
+
+class NcclForbiddenError(NcclInitError):
+    """NVLink multicast (NVLS) was asked for on a machine where it must stay off (§3.3).
+
+    rayspec must never generate such a trial; the twin rejects it loudly at communicator init.
+    """
 
 
 class NcclNoAlgorithmError(NcclError):

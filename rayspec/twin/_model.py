@@ -15,9 +15,11 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 import random
+import threading
 
 from rayspec._types import SpecSettings
 from rayspec.twin._errors import DraftTreeError
@@ -25,6 +27,8 @@ from rayspec.twin._nccl import NcclSetup
 from rayspec.twin._profile import Profile
 
 __all__ = ["DraftTree", "PerfModel", "build_draft_tree", "tree_fits"]
+
+_TREE_CACHE_SIZE = 256  # draft trees kept per model (not a model constant: a memory bound)
 
 
 def tree_fits(spec: SpecSettings) -> bool:
@@ -132,7 +136,8 @@ def _rank_key(item: tuple[float, tuple[int, ...]]) -> tuple[float, int, tuple[in
 class PerfModel:
     """Expected cost and acceptance of one server configuration (twin-model.md §2).
 
-    Immutable after construction and safe to share between threads (the tree cache only grows).
+    Immutable after construction apart from a small, lock-protected cache of draft trees, so
+    one instance may be shared between threads.
 
     Args:
         profile: the hardware/model profile.
@@ -156,7 +161,9 @@ class PerfModel:
         self.profile = profile
         self.nccl = nccl
         self.spec = spec
-        self._trees: dict[float, DraftTree] = {}
+        # Small LRU: one request keeps one ``mult`` for all its cycles.
+        self._trees: collections.OrderedDict[float, DraftTree] = collections.OrderedDict()
+        self._trees_lock = threading.Lock()
 
     # ---------------------------------------------------------------- forward pass (§5)
 
@@ -258,16 +265,21 @@ class PerfModel:
     def draft_tree(self, mult: float = 1.0) -> DraftTree:
         """The kept draft tree for an acceptance multiplier (cached per ``mult``)."""
         spec = self._require_spec()
-        tree = self._trees.get(mult)
-        if tree is None:
-            tree = build_draft_tree(
-                self.acceptance(mult),
-                spec.eagle_topk,
-                spec.num_draft_tokens,
-                self.profile.drafter.tree_theta,
-            )
-            if len(self._trees) < 1024:
-                self._trees[mult] = tree
+        with self._trees_lock:
+            tree = self._trees.get(mult)
+            if tree is not None:
+                self._trees.move_to_end(mult)
+                return tree
+        tree = build_draft_tree(
+            self.acceptance(mult),
+            spec.eagle_topk,
+            spec.num_draft_tokens,
+            self.profile.drafter.tree_theta,
+        )
+        with self._trees_lock:
+            self._trees[mult] = tree
+            while len(self._trees) > _TREE_CACHE_SIZE:
+                self._trees.popitem(last=False)
         return tree
 
     def expected_accept_length(self, mult: float = 1.0) -> float:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from rayspec.twin._errors import NcclForbiddenError
 from rayspec.twin._errors import NcclInitError
 from rayspec.twin._errors import NcclNoAlgorithmError
 from rayspec.twin._profile import Profile
@@ -244,6 +245,8 @@ def resolve_nccl(env: Mapping[str, str], profile: Profile) -> NcclSetup:
     Raises:
         NcclInitError: ``NCCL_PROTO``/``NCCL_ALGO`` holds an unknown token or prefix, or a later
             entry without a ``func:`` prefix (communicator init fails with ``ncclInvalidUsage``).
+        NcclForbiddenError: on a ``multicast_forbidden`` machine, ``NCCL_NVLS_ENABLE`` is not 0
+            or ``NCCL_ALGO`` enables NVLS/NVLSTree.
     """
     nccl_env = {k: v for k, v in env.items() if k.startswith("NCCL_") and v != ""}
     warnings: list[str] = []
@@ -263,6 +266,9 @@ def resolve_nccl(env: Mapping[str, str], profile: Profile) -> NcclSetup:
             "NCCL WARN LL128 enabled by NCCL_PROTO on a ring without NVLink: LL128 relies on "
             "128-byte store ordering the PCIe path does not guarantee (silent corruption risk)"
         )
+
+    if hw.multicast_forbidden:
+        _check_multicast(nccl_env, algo_set)
 
     available = _available_algorithms(profile)
     wanted = set(ALGORITHMS) if algo_set is None else algo_set
@@ -374,6 +380,21 @@ def _init_error(detail: str, var: str, value: str) -> NcclInitError:
         f"NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details) "
         f"[{var}={value}]\nncclInvalidUsage: This usually reflects invalid usage of NCCL library."
     )
+
+
+def _check_multicast(env: Mapping[str, str], algo_set: frozenset[str] | None) -> None:
+    nvls_enable = env.get("NCCL_NVLS_ENABLE")
+    if nvls_enable is not None and nvls_enable != "0":
+        raise NcclForbiddenError(
+            f"NCCL_NVLS_ENABLE={nvls_enable} is forbidden on this machine: NVLink multicast "
+            "must stay off (profile hardware.multicast_forbidden); use NCCL_NVLS_ENABLE=0"
+        )
+    nvls = sorted((algo_set or frozenset()) & {"NVLS", "NVLSTree"})
+    if nvls:
+        raise NcclForbiddenError(
+            f"NCCL_ALGO={env['NCCL_ALGO']} enables {', '.join(nvls)}, which is forbidden on this "
+            "machine: NVLink multicast must stay off (profile hardware.multicast_forbidden)"
+        )
 
 
 def _available_algorithms(profile: Profile) -> frozenset[str]:

@@ -18,6 +18,7 @@ import math
 import os
 from collections.abc import Mapping
 from importlib import resources
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -55,7 +56,11 @@ _ACCEPTANCE_KINDS = ("geometric", "flat", "per_depth")
 
 @dataclasses.dataclass(frozen=True)
 class HardwareProfile:
-    """The node: ranks, the ring's link path types and what the platform allows (§1, §9)."""
+    """The node: ranks, the ring's link path types and what the platform allows (§1, §9).
+
+    ``multicast_forbidden`` marks machines where NVLink multicast must stay off (§3.3): the twin
+    then rejects ``NCCL_NVLS_ENABLE`` other than 0 and any NVLS/NVLSTree in ``NCCL_ALGO``.
+    """
 
     n_ranks: int
     ring_link_paths: tuple[str, ...]
@@ -63,6 +68,7 @@ class HardwareProfile:
     p2p_broken: bool
     nvls_available: bool
     collnet_available: bool
+    multicast_forbidden: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -411,11 +417,11 @@ class _Node:
                 raise self.error(name, f"must hold strings only, got {item!r}")
         return tuple(value)
 
-    def get_float_map(self, name: str, keys: tuple[str, ...]) -> dict[str, float]:
+    def get_float_map(self, name: str, keys: tuple[str, ...]) -> Mapping[str, float]:
         sub = self.node(name)
         out = {k: sub.get_float(k) for k in keys}
         sub.done()
-        return out
+        return MappingProxyType(out)
 
     def done(self) -> None:
         unknown = sorted(str(k) for k in self.data if k not in self.used)
@@ -450,6 +456,7 @@ def _hardware(node: _Node) -> HardwareProfile:
         p2p_broken=node.get_bool("p2p_broken"),
         nvls_available=node.get_bool("nvls_available"),
         collnet_available=node.get_bool("collnet_available"),
+        multicast_forbidden=node.get_bool("multicast_forbidden"),
     )
     node.done()
     return out
@@ -464,14 +471,12 @@ def _detected(node: _Node) -> DetectedBandwidth:
     return out
 
 
-def _latency_table(node: _Node, name: str) -> dict[str, dict[str, float]]:
+def _latency_table(node: _Node, name: str) -> Mapping[str, Mapping[str, float]]:
+    # Only Ring and Tree are modelled (the AllReduce algorithms of a single PCIe node, §3.1).
     sub = node.node(name)
-    table = {algo: sub.get_float_map(algo, _PROTOCOLS) for algo in list(sub.data)}
-    sub.used.update(sub.data)
-    for algo in _ALGOS_WITH_COSTS:
-        if algo not in table:
-            raise sub.error(algo, "is missing")
-    return table
+    table = {algo: sub.get_float_map(algo, _PROTOCOLS) for algo in _ALGOS_WITH_COSTS}
+    sub.done()
+    return MappingProxyType(table)
 
 
 def _nccl_choice(node: _Node) -> NcclChoiceProfile:
@@ -521,9 +526,9 @@ def _nccl_choice(node: _Node) -> NcclChoiceProfile:
 
 def _allreduce_cost(node: _Node) -> AllreduceCostProfile:
     algos_node = node.node("algos")
-    algos: dict[str, dict[str, CostEntry]] = {}
-    for algo in list(algos_node.data):
-        per_proto = algos_node.node(str(algo))
+    algos: dict[str, Mapping[str, CostEntry]] = {}
+    for algo in _ALGOS_WITH_COSTS:
+        per_proto = algos_node.node(algo)
         entries: dict[str, CostEntry] = {}
         for proto in _PROTOCOLS:
             e = per_proto.node(proto)
@@ -534,12 +539,10 @@ def _allreduce_cost(node: _Node) -> AllreduceCostProfile:
             )
             e.done()
         per_proto.done()
-        algos[str(algo)] = entries
-    for algo in _ALGOS_WITH_COSTS:
-        if algo not in algos:
-            raise algos_node.error(algo, "is missing")
+        algos[algo] = MappingProxyType(entries)
+    algos_node.done()
     out = AllreduceCostProfile(
-        algos=algos,
+        algos=MappingProxyType(algos),
         hop_penalty_us=node.get_float_map("hop_penalty_us", _TRANSPORTS),
         bw_factor=node.get_float_map("bw_factor", ("SHM", "NET")),
         full_bw_min_channels=node.get_int("full_bw_min_channels", min_value=1),
@@ -677,12 +680,3 @@ def _cross_check(profile: Profile, source: str) -> None:
             f"{source}: key 'hardware.ring_link_paths' must list one path per ring link "
             f"(n_ranks = {profile.hardware.n_ranks}), got {len(profile.hardware.ring_link_paths)}"
         )
-    for algo in profile.allreduce_cost.algos:
-        if (
-            algo not in profile.nccl_choice.base_lat_us
-            or algo not in profile.nccl_choice.hw_lat_us
-        ):
-            raise ProfileError(
-                f"{source}: key 'allreduce_cost.algos.{algo}' has no latency entry in "
-                "nccl_choice.base_lat_us / nccl_choice.hw_lat_us"
-            )

@@ -9,6 +9,7 @@ import pytest
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import RayspecError
 from rayspec._types import SpecSettings
+from rayspec.twin._errors import NcclForbiddenError
 from rayspec.twin._errors import NcclInitError
 from rayspec.twin._errors import NcclNoAlgorithmError
 from rayspec.twin._model import PerfModel
@@ -556,3 +557,34 @@ def test_setup_records_only_nccl_variables() -> None:
     assert dict(setup.env) == {"NCCL_PROTO": "LL"}
     assert "AllReduce Ring/LL" in setup.describe()
     assert "no AllReduce" in _setup({"NCCL_ALGO": "PAT"}).describe()
+
+
+# ------------------------------------------------------- machines where multicast is forbidden
+
+NO_MULTICAST = dataclasses.replace(
+    PROFILE, hardware=dataclasses.replace(PROFILE.hardware, multicast_forbidden=True)
+)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"NCCL_NVLS_ENABLE": "1"},
+        {"NCCL_NVLS_ENABLE": "2"},
+        {"NCCL_ALGO": "NVLS"},
+        {"NCCL_ALGO": "Ring,nvlstree"},
+        {"NCCL_ALGO": "^Ring"},
+    ],
+)
+def test_multicast_forbidden_is_rejected_loudly(env: dict[str, str]) -> None:
+    with pytest.raises(NcclForbiddenError, match="forbidden on this machine") as info:
+        _setup(env, NO_MULTICAST)
+    assert isinstance(info.value, NcclInitError)
+    assert info.value.reason is FailureReason.NCCL_INIT
+    # The same settings are merely useless (or a first-collective failure) elsewhere.
+    _setup(env, PROFILE)
+
+
+def test_multicast_forbidden_allows_the_rest() -> None:
+    for env in ({"NCCL_NVLS_ENABLE": "0"}, {"NCCL_ALGO": "Ring,Tree"}, TUNED, {}):
+        _setup(env, NO_MULTICAST)

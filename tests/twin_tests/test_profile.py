@@ -50,6 +50,7 @@ SECTION_9 = [
     (lambda p: p.hardware.ring_link_paths, ("PHB",) * 6 + ("SYS",) * 2),
     (lambda p: p.hardware.nvml_p2p_supported, True),
     (lambda p: p.hardware.p2p_broken, False),
+    (lambda p: p.hardware.multicast_forbidden, False),
     (lambda p: (p.nccl_choice.detected.bw_GBps, p.nccl_choice.detected.nchannels), (0.1, 2)),
     (
         lambda p: (
@@ -314,3 +315,17 @@ def test_bad_acceptance(raw: dict[str, Any], acceptance: dict[str, Any], message
 def test_dense_model(raw: dict[str, Any]) -> None:
     raw["model"]["moe"] = None
     assert profile_from_dict(raw).model.moe is None
+
+
+def test_only_ring_and_tree_are_modelled(raw: dict[str, Any]) -> None:
+    raw["allreduce_cost"]["algos"]["NVLS"] = raw["allreduce_cost"]["algos"]["Ring"]
+    with pytest.raises(ProfileError, match=r"'allreduce_cost\.algos\.NVLS' is not a known key"):
+        profile_from_dict(raw)
+
+
+def test_profile_is_immutable() -> None:
+    profile = load_profile(NAME)
+    with pytest.raises(TypeError):
+        profile.allreduce_cost.algos["Ring"]["LL"] = None  # type: ignore[index]
+    with pytest.raises(TypeError):
+        profile.nccl_choice.base_lat_us["Ring"]["LL"] = 0.0  # type: ignore[index]
