@@ -1,0 +1,52 @@
+"""Fixtures for the twin server tests: start twins as subprocesses and always clean them up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
+
+import pytest
+
+from rayspec.twin._testing import TwinProcess
+
+SPEC_ARGS = (
+    "--tp-size", "8",
+    "--speculative-algorithm", "EAGLE3",
+    "--speculative-draft-model-path", "drafter",
+    "--speculative-num-steps", "2",
+    "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "3",
+)
+TUNED_NCCL = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
+
+StartTwin = Callable[..., TwinProcess]
+
+
+@pytest.fixture
+def start_twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartTwin]:
+    """``start_twin(args, env=..., ready=True)`` -> a started twin, stopped after the test."""
+    started: list[TwinProcess] = []
+
+    def start(
+        args: Sequence[str] = (), *, env: Mapping[str, str] | None = None, ready: bool = True,
+        startup_s: float = 0.2,
+    ) -> TwinProcess:
+        log = tmp_path_factory.mktemp("twin") / "server.log"
+        twin = TwinProcess(args, env=env, startup_s=startup_s, log_path=str(log)).start()
+        started.append(twin)
+        if ready:
+            twin.wait_ready(timeout_s=30)
+        return twin
+
+    yield start
+    for twin in started:
+        twin.stop()
