@@ -1,0 +1,57 @@
+"""BenchActor through the shared local Ray cluster."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import pytest
+
+from rayspec import RequestRecord
+from rayspec.bench import BenchActor
+from rayspec.bench import BenchPlan
+from rayspec.bench import BenchResult
+from rayspec.bench import Scenario
+from rayspec.bench import summarize
+from rayspec.bench._fake_server import FakeBehaviour
+from rayspec.bench._fake_server import FakeSGLangServer
+
+
+def test_records_survive_pickling() -> None:
+    rec = RequestRecord("s", 0, 1, 4, 10, 20, 5.0, 50.0, (1.0, 2.0), 1.7e9, 10, 2.0)
+    assert pickle.loads(pickle.dumps(rec)) == rec
+
+
+def test_bench_actor_runs_a_plan(ray_cluster: None, fake_server: FakeSGLangServer) -> None:
+    import ray
+
+    fake_server.set_behaviour(FakeBehaviour(ttft_s=0.005, gap_s=0.002, pattern=(2, 1)))
+    actor = BenchActor.remote()
+    try:
+        env = ray.get(actor.environment.remote(), timeout=60)
+        assert env["cuda_visible_devices"] == ""
+        plan = BenchPlan(scenarios=(Scenario("c2", concurrency=2, requests_per_run=4, max_tokens=10),),
+                         repeats=2)
+        records = ray.get(actor.run.remote(fake_server.base_url, plan), timeout=60)
+        assert len(records) == 1 + 2 * 4
+        assert all(isinstance(r, RequestRecord) and r.ok for r in records)
+        assert summarize(records)["runs"] == 2.0
+        progress = ray.get(actor.progress.remote(), timeout=30)
+        assert [p.run for p in progress] == [0, 1]
+        view = ray.get(actor.server_view.remote(fake_server.base_url), timeout=30)
+        assert view["avg_spec_accept_length"] == pytest.approx(10 / 6)
+
+        # A stop request from the driver ends a long run after its current measured run.
+        fake_server.set_behaviour(FakeBehaviour(ttft_s=0.0, gap_s=0.01))
+        long_plan = BenchPlan(scenarios=(Scenario("c1", max_tokens=20),), repeats=50)
+        ref = actor.run_detailed.remote(fake_server.base_url, long_plan)
+        deadline = time.monotonic() + 30
+        while not ray.get(actor.progress.remote(), timeout=30):
+            assert time.monotonic() < deadline, "no run finished"
+            time.sleep(0.05)
+        actor.request_stop.remote()
+        result = ray.get(ref, timeout=60)
+        assert isinstance(result, BenchResult) and result.stopped == "callback"
+        assert 1 <= sum(1 for r in result.runs if r.run >= 0) < 50
+    finally:
+        ray.kill(actor)
