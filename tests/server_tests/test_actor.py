@@ -1,0 +1,92 @@
+"""ServerActor on the shared local Ray cluster: typed errors and no orphan in any ending."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import fake_pids
+from conftest import wait_gone
+
+from rayspec._exceptions import FailureReason
+from rayspec._exceptions import LaunchError
+from rayspec._exceptions import ServerExited
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+def _actor(num_gpus: int = 1):
+    from rayspec.server import ServerActor
+
+    return ServerActor.options(num_gpus=num_gpus).remote(grace_s=2.0)
+
+
+def test_lifecycle_environment_and_teardown(make_launch) -> None:
+    launch = make_launch(
+        "--spawn-tree", "--ready-after-s", "0.3", "--print-env", "CUDA_VISIBLE_DEVICES,NCCL_PROTO",
+        env={"NCCL_PROTO": "LL"},
+    )
+    actor = _actor(num_gpus=2)
+    try:
+        ray.get(actor.start.remote(launch))
+        info = ray.get(actor.wait_ready.remote(), timeout=60)
+        assert info["fake"] is True
+        assert ray.get(actor.alive.remote())
+        ray.get(actor.flush_cache.remote())
+        assert isinstance(ray.get(actor.node_ip.remote()), str)
+        tree = ray.get(actor.pids.remote())
+        pids = fake_pids(launch.log_path)
+        assert set(pids.values()) <= set(tree)
+        env = json.loads(re.search(r"FAKE_ENV (.*)", Path(launch.log_path).read_text()).group(1))
+        assert env["NCCL_PROTO"] == "LL"
+        assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == 2  # Ray's assignment reached it
+        assert ray.get(actor.stop.remote()) == -15
+        assert not ray.get(actor.alive.remote())
+        assert wait_gone(tree) == []
+        with pytest.raises(LaunchError, match="already started"):
+            ray.get(actor.start.remote(launch))
+    finally:
+        ray.kill(actor)
+
+
+def test_ray_kill_leaves_no_process(make_launch) -> None:
+    launch = make_launch("--spawn-tree", "--ready-after-s", "0")
+    actor = _actor()
+    ray.get(actor.start.remote(launch))
+    ray.get(actor.wait_ready.remote(), timeout=60)
+    tree = ray.get(actor.pids.remote())
+    assert len(tree) >= 7  # reaper, server, child, sh, grandchild, setsid'd grandchild, orphan
+    ray.kill(actor)
+    assert wait_gone(tree, timeout_s=20.0) == []
+    assert "owner process" in Path(launch.log_path).read_text()
+
+
+def test_typed_failure_crosses_ray(make_launch) -> None:
+    launch = make_launch("--fail", "nccl_init", "--spawn-tree")
+    actor = _actor()
+    try:
+        ray.get(actor.start.remote(launch))
+        with pytest.raises(ServerExited) as err:
+            ray.get(actor.wait_ready.remote(), timeout=60)
+        exc = err.value
+        assert exc.reason is FailureReason.NCCL_INIT
+        assert exc.returncode == 1
+        assert "ncclInvalidUsage" in exc.log_tail
+        ray.get(actor.stop.remote())
+        assert wait_gone(list(fake_pids(launch.log_path).values())) == []
+    finally:
+        ray.kill(actor)
+
+
+def test_gpu_variable_is_rays(make_launch) -> None:
+    actor = _actor()
+    try:
+        with pytest.raises(LaunchError, match="CUDA_VISIBLE_DEVICES") as err:
+            ray.get(actor.start.remote(make_launch(env={"CUDA_VISIBLE_DEVICES": "7"})))
+        assert err.value.reason is FailureReason.INFEASIBLE
+    finally:
+        ray.kill(actor)
