@@ -281,7 +281,7 @@ def resolve_nccl(env: Mapping[str, str], profile: Profile) -> NcclSetup:
 
     level = _p2p_level(nccl_env, profile, warnings)
     level_rank = ch.path_rank(level)
-    shm_disabled = nccl_env.get("NCCL_SHM_DISABLE") == "1"
+    shm_disabled = _int_var(nccl_env, ("NCCL_SHM_DISABLE",), warnings) == 1
     transports = []
     for path in hw.ring_link_paths:
         if hw.nvml_p2p_supported and ch.path_rank(path) <= level_rank:
@@ -411,16 +411,17 @@ def _available_algorithms(profile: Profile) -> frozenset[str]:
 
 def _p2p_level(env: Mapping[str, str], profile: Profile, warnings: list[str]) -> str:
     ch = profile.nccl_choice
-    if env.get("NCCL_P2P_DISABLE") == "1":
+    disable = env.get("NCCL_P2P_DISABLE")
+    if disable is not None and _strtol(disable)[0] == 1:  # strtol(str, NULL, 0) == 1
         return ch.path_order[0]
     value = env.get("NCCL_P2P_LEVEL")
     if value is None:
         return ch.default_p2p_level
     if value in ch.path_order:
         return value
-    if value.isdigit():  # non-negative integer: legacy mapping, >= len clamps to the last
+    if value[:1].isdigit():  # legacy integer (NCCL: first char a digit, then strtol base 0)
         legacy = ch.legacy_levels
-        return legacy[min(int(value), len(legacy) - 1)]
+        return legacy[min(_strtol(value)[0], len(legacy) - 1)]
     warnings.append(
         f"NCCL INFO NCCL_P2P_LEVEL={value} is not a recognised level "
         f"({', '.join(ch.path_order)}, case-sensitive): ignored, using {ch.default_p2p_level}"
@@ -429,15 +430,48 @@ def _p2p_level(env: Mapping[str, str], profile: Profile, warnings: list[str]) ->
 
 
 def _int_var(env: Mapping[str, str], names: tuple[str, ...], warnings: list[str]) -> int | None:
-    """The first set variable of ``names`` as an int; a non-integer is ignored with a warning."""
+    """The first set variable of ``names`` parsed as an NCCL integer parameter.
+
+    NCCL reads integer parameters with ``strtoll(str, &end, 0)`` and keeps its default when the
+    whole string is not a number (``Invalid value ... using default``): decimal, ``0x`` hex and
+    leading-``0`` octal are accepted.
+    """
     for name in names:
         if name in env:
-            try:
-                return int(env[name])
-            except ValueError:
-                warnings.append(f"NCCL WARN Invalid value {env[name]} for {name}, ignoring")
+            text = env[name]
+            value, used = _strtol(text)
+            if used == 0 or used != len(text):
+                warnings.append(f"NCCL WARN Invalid value {text} for {name}, using default")
                 return None
+            return value
     return None
+
+
+def _strtol(text: str) -> tuple[int, int]:
+    """C ``strtol(text, &end, 0)``: the value of the longest numeric prefix, and its length.
+
+    Leading whitespace and a sign are allowed; ``0x``/``0X`` means hex and a leading ``0``
+    octal. ``(0, 0)`` when there is no number at all.
+    """
+    i = 0
+    while i < len(text) and text[i] in " \t\n\v\f\r":
+        i += 1
+    sign = 1
+    if i < len(text) and text[i] in "+-":
+        sign = -1 if text[i] == "-" else 1
+        i += 1
+    base, digits = 10, "0123456789"
+    hexdigits = "0123456789abcdef"
+    if text[i : i + 2].lower() == "0x" and i + 2 < len(text) and text[i + 2].lower() in hexdigits:
+        base, digits, i = 16, hexdigits, i + 2
+    elif text[i : i + 1] == "0":
+        base, digits = 8, "01234567"
+    start = i
+    while i < len(text) and text[i].lower() in digits:
+        i += 1
+    if i == start:
+        return 0, 0
+    return sign * int(text[start:i], base), i
 
 
 def _nthreads(env: Mapping[str, str], profile: Profile, warnings: list[str]) -> int | None:

@@ -430,7 +430,12 @@ def test_ll128_risk_flag(value: str, risk: bool) -> None:
         ("-1", "PXB", 0),
         ("NET", "PXB", 0),
         ("DIS", "PXB", 0),
-        ("4.0", "PXB", 0),
+        # NCCL: first character a digit, then strtol(str, NULL, 0).
+        ("4.0", "SYS", 8),
+        ("3abc", "PHB", 6),
+        ("0x3", "PHB", 6),
+        ("010", "SYS", 8),  # octal 8, clamped to the last legacy level
+        (" 4", "PXB", 0),  # not a digit first: ignored
     ],
 )
 def test_p2p_level(value: str, level: str, n_p2p: int) -> None:
@@ -447,7 +452,18 @@ def test_ignored_level_is_reported() -> None:
 
 @pytest.mark.parametrize(
     ("value", "disabled"),
-    [("1", True), ("0", False), ("true", False), ("yes", False), ("01", False)],
+    [
+        ("1", True),
+        ("0", False),
+        ("2", False),
+        ("true", False),
+        ("yes", False),
+        # NCCL reads it with strtol(str, NULL, 0) == 1.
+        ("01", True),
+        (" 1", True),
+        ("1abc", True),
+        ("0x1", True),
+    ],
 )
 def test_p2p_disable_overrides_level(value: str, disabled: bool) -> None:
     setup = _setup({"NCCL_P2P_DISABLE": value, **SYS})
@@ -460,6 +476,16 @@ def test_nvml_p2p_unsupported_means_no_p2p() -> None:
         PROFILE, hardware=dataclasses.replace(PROFILE.hardware, nvml_p2p_supported=False)
     )
     assert _setup(SYS, profile).link_transports == ("SHM",) * 8
+
+
+@pytest.mark.parametrize(
+    ("value", "net"), [("1", True), ("0x1", True), ("0", False), ("2", False), ("1abc", False)]
+)
+def test_shm_disable_parsing(value: str, net: bool) -> None:
+    # An NCCL integer parameter: the whole string must parse (base 0), else the default.
+    setup = _setup({"NCCL_SHM_DISABLE": value})
+    assert (setup.link_transports == ("NET",) * 8) is net
+    assert any("Invalid value" in w for w in setup.warnings) is (value == "1abc")
 
 
 def test_shm_disable_uses_net_only_where_p2p_is_off() -> None:
@@ -540,6 +566,9 @@ def test_nthreads_bandwidth_factor_spares_ll128() -> None:
         ({"NCCL_MAX_NCHANNELS": "8", "NCCL_MAX_NRINGS": "2"}, 8),
         ({}, None),
         ({"NCCL_MAX_NCHANNELS": "x"}, None),
+        ({"NCCL_MAX_NCHANNELS": "0x10"}, 16),
+        ({"NCCL_MAX_NCHANNELS": " 2"}, 2),
+        ({"NCCL_MAX_NCHANNELS": "2k"}, None),
     ],
 )
 def test_max_nchannels_clamping(env: dict[str, str], max_nch: int | None) -> None:
