@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from rayspec import Candidate
+from rayspec import ConfigError
+from rayspec import SpecSettings
+from rayspec._config import load_config
+from rayspec.search import SearchSpace
+from rayspec.search import canonical_key
+from rayspec.search._space import P_NDT
+from tests.helpers import TWIN_EXPERIMENT
+
+
+@pytest.fixture
+def space() -> SearchSpace:
+    return SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+
+
+def _sample(space: SearchSpace, n: int, seed: int = 0) -> list[tuple[Candidate, dict]]:
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    out = []
+    for _ in range(n):
+        trial = study.ask()
+        cand = space.suggest(trial)
+        out.append((cand, dict(trial.params)))
+        study.tell(trial, 0.0)
+    return out
+
+
+def test_topk_one_forces_draft_tokens_and_never_samples_them(space) -> None:
+    for cand, params in _sample(space, 300):
+        if cand.spec is None:
+            assert not any(k.startswith("spec.") and k != "spec.mode" for k in params)
+            continue
+        if cand.spec.eagle_topk == 1:
+            assert cand.spec.num_draft_tokens == cand.spec.num_steps + 1
+            assert P_NDT not in params  # one candidate, not many
+        else:
+            assert P_NDT in params
+
+
+def test_speculative_numbers_go_together(space) -> None:
+    with pytest.raises(ConfigError, match="spec.eagle_topk: required"):
+        space.candidate({"spec.mode": "EAGLE3", "spec.num_steps": 2})
+    with pytest.raises(ConfigError, match="spec.num_draft_tokens: required"):
+        space.candidate({"spec.mode": "EAGLE3", "spec.num_steps": 2, "spec.eagle_topk": 2})
+
+
+def test_impossible_tree_is_marked_not_fitting(space) -> None:
+    cand = space.candidate(
+        {"spec.mode": "EAGLE3", "spec.num_steps": 1, "spec.eagle_topk": 2,
+         "spec.num_draft_tokens": 8}
+    )  # fmt: skip
+    assert cand.spec is not None and not cand.spec.fits_tree
+    # steps=2, topk=2 holds 2 + 4 = 6 nodes: 7 draft tokens fit, 8 do not.
+    assert SpecSettings("EAGLE3", 2, 2, 7).fits_tree
+    assert not SpecSettings("EAGLE3", 2, 2, 8).fits_tree
+
+
+def test_params_round_trip(space) -> None:
+    for cand, _ in _sample(space, 100, seed=3):
+        assert space.candidate(space.params_of(cand)) == cand
+
+
+def test_unset_means_absent_from_env(space) -> None:
+    cand = space.candidate({"spec.mode": "off", "nccl.NCCL_PROTO": "LL"})
+    assert cand.env == {"NCCL_PROTO": "LL"}
+    assert space.baseline() == space.candidate({"spec.mode": "off"})
+
+
+def test_canonical_key_identifies_equivalent_candidates() -> None:
+    a = Candidate(nccl_env=(("NCCL_PROTO", "LL"),), spec=SpecSettings("EAGLE3", 2, 1, 3))
+    b = Candidate(nccl_env=(("NCCL_PROTO", "LL"),), spec=SpecSettings("EAGLE3", 2, 1, 3))
+    c = Candidate(nccl_env=(("NCCL_PROTO", "LL"),), spec=SpecSettings("EAGLE3", 3, 1, 4))
+    assert canonical_key(a) == canonical_key(b) != canonical_key(c)
+
+
+def test_flags_switches_and_values() -> None:
+    cfg = load_config(
+        TWIN_EXPERIMENT,
+        ["search.flags={--disable-custom-all-reduce: [on, off], --chunked-prefill-size: [4096]}"],
+    )
+    space = SearchSpace.from_config(cfg.search)
+    cand = space.candidate(
+        {"flags.--disable-custom-all-reduce": "on", "flags.--chunked-prefill-size": "4096"}
+    )
+    assert cand.flags == ("--disable-custom-all-reduce", "--chunked-prefill-size", "4096")
+    assert space.candidate(space.params_of(cand)) == cand
+
+
+def test_size_counts_canonical_feasible_points(space) -> None:
+    # off + chain (6 steps) + trees: topk 2/4 x 6 steps x 5 budgets minus the ones that
+    # do not fit; times the NCCL grid 4*3*3*3*3*3.
+    trees = sum(
+        SpecSettings("EAGLE3", k, m, n).fits_tree
+        for k in range(1, 7)
+        for m in (2, 4)
+        for n in (2, 3, 4, 6, 8)
+    )
+    assert space.size() == (1 + 6 + trees) * 4 * 3**5

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import time
+
+from optuna.trial import TrialState
+
+from rayspec import Candidate
+from rayspec import TrialResult
+from rayspec._config import load_config
+from rayspec.search import SearchSpace
+from rayspec.search import open_study
+from tests.helpers import TWIN_EXPERIMENT
+
+
+def _cfg(tmp_path, *extra: str):
+    return load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}", *extra])
+
+
+def _result(number: int, cand: Candidate, value: float, state: str = "COMPLETE") -> TrialResult:
+    now = time.time()
+    return TrialResult(
+        trial=number, state=state, value=value if state == "COMPLETE" else None,
+        candidate=cand, launch=None, metrics={"tok_s_mean": value}, requests=(),
+        start_unix_s=now, end_unix_s=now, failure=None if state == "COMPLETE" else "unknown",
+    )  # fmt: skip
+
+
+def test_baseline_then_field_config_first(tmp_path) -> None:
+    cfg = _cfg(tmp_path)
+    space = SearchSpace.from_config(cfg.search)
+    handle = open_study(cfg, space)
+    t0, c0 = handle.ask()
+    assert c0 == space.baseline()
+    handle.tell(t0, _result(t0.number, c0, 60.0))
+    t1, c1 = handle.ask()
+    assert c1.spec is not None
+    assert (c1.spec.num_steps, c1.spec.eagle_topk, c1.spec.num_draft_tokens) == (2, 1, 3)
+    assert c1.env == {
+        "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512",
+    }  # fmt: skip
+    handle.tell(t1, _result(t1.number, c1, 90.0))
+    assert handle.study.best_trial.number == t1.number
+
+
+def test_resume_counts_and_interrupted_trials(tmp_path) -> None:
+    cfg = _cfg(tmp_path)
+    space = SearchSpace.from_config(cfg.search)
+    handle = open_study(cfg, space)
+    for i in range(3):
+        trial, cand = handle.ask()
+        handle.tell(trial, _result(trial.number, cand, 50.0 + i, "COMPLETE" if i else "FAIL"))
+    running, cand = handle.ask()  # the driver "dies" here
+    params = dict(running.params)
+
+    again = open_study(cfg, space)  # a new driver on the same storage
+    assert len(again.finished()) == 3
+    stale = again.recover_interrupted()
+    assert [t.number for t in stale] == [running.number]
+    assert again.study.trials[running.number].state is TrialState.FAIL
+    assert again.interrupted() == {running.number}
+    assert len(again.finished()) == 3  # the interrupted one does not count
+    assert again.remaining(10) == 7
+    retry, retry_cand = again.ask()
+    assert retry.params == params and retry_cand == cand  # tried again
+
+
+def test_engine_mismatch_is_refused(tmp_path) -> None:
+    import pytest
+
+    from rayspec import ConfigError
+
+    cfg = _cfg(tmp_path)
+    open_study(cfg, SearchSpace.from_config(cfg.search))
+    real = load_config(
+        TWIN_EXPERIMENT,
+        [f"output.dir={tmp_path}", "server.engine=sglang", "server.model_path=m",
+         "server.draft_model_path=d"],
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="was run with engine twin"):
+        open_study(real, SearchSpace.from_config(real.search))
+
+
+def test_grid_sampler_exhausts(tmp_path) -> None:
+    from tests.helpers import twin_doc
+    from tests.helpers import write_experiment
+
+    doc = twin_doc(
+        str(tmp_path),
+        study={"sampler": "grid"},
+        search={"nccl": {"NCCL_PROTO": ["LL"]}, "speculative": {"modes": ["off"]}},
+    )
+    cfg = load_config(write_experiment(str(tmp_path), doc))
+    space = SearchSpace.from_config(cfg.search)
+    handle = open_study(cfg, space)
+    seen = set()
+    while not handle.exhausted():
+        trial, cand = handle.ask()
+        seen.add(cand)
+        handle.tell(trial, _result(trial.number, cand, 1.0))
+    assert len(seen) == 2  # off x {unset, LL}
