@@ -1,0 +1,103 @@
+"""The real-engine path builds the field's launch (sglang-contract §2.2 + DESIGN.md's tuned NCCL)."""
+
+from __future__ import annotations
+
+import sys
+
+from rayspec import Candidate
+from rayspec import SpecSettings
+from rayspec._config import load_config
+from rayspec.search import SearchSpace
+from rayspec.server._command import build_launch
+from rayspec.server._command import cuda_graph_flag
+from rayspec.server._command import shell_line
+from tests.helpers import FIELD_EXPERIMENT
+from tests.helpers import TWIN_EXPERIMENT
+
+FIELD_OVERRIDES = [
+    "server.model_path=/models/kimi-k2.5-int4",
+    "server.draft_model_path=/models/kimi-k2.5-eagle3",
+]
+TUNED = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
+
+
+def _field_candidate() -> Candidate:
+    return Candidate(nccl_env=tuple(sorted(TUNED.items())), spec=SpecSettings("EAGLE3", 2, 1, 3))
+
+
+def test_field_launch_line() -> None:
+    cfg = load_config(FIELD_EXPERIMENT, FIELD_OVERRIDES)
+    launch = build_launch(cfg, _field_candidate(), port=30000, log_path="/tmp/t.log")
+    # The template of sglang-contract §2.2, with the field's values:
+    expected = [
+        sys.executable, "-m", "sglang.launch_server",
+        "--model-path", "/models/kimi-k2.5-int4", "--tp-size", "8",
+        "--host", "127.0.0.1", "--port", "30000",
+        "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", "/models/kimi-k2.5-eagle3",
+        "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "3",
+        "--attention-backend", "triton", "--max-running-requests", "48",
+        "--cuda-graph-max-bs-decode", "48", "--mem-fraction-static", "0.85",
+        "--trust-remote-code", "--enable-metrics",
+    ]  # fmt: skip
+    assert list(launch.argv) == expected
+    assert launch.engine == "sglang"
+    env = launch.env_dict
+    assert {k: env[k] for k in TUNED} == TUNED
+    assert env["NCCL_NVLS_ENABLE"] == "0"  # multicast stays off
+    assert env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1"
+    assert launch.unset_env == ()
+    assert not any("nvls" in a or "symm-mem" in a for a in launch.argv)
+
+
+def test_baseline_leaves_out_speculation_and_unsets_nccl() -> None:
+    cfg = load_config(FIELD_EXPERIMENT, FIELD_OVERRIDES)
+    launch = build_launch(cfg, Candidate(), port=30001, log_path="/tmp/t.log")
+    assert not any(a.startswith("--speculative") for a in launch.argv)
+    # The running-request and graph caps stay explicit, as in the speculative arm.
+    assert "--max-running-requests" in launch.argv and "--cuda-graph-max-bs-decode" in launch.argv
+    assert set(launch.unset_env) == set(TUNED)  # nothing leaks in from the node's environment
+    assert launch.port == 30001 and "30001" in launch.argv
+
+
+def test_real_engine_is_never_the_twin_and_twin_says_so() -> None:
+    real = build_launch(
+        load_config(FIELD_EXPERIMENT, FIELD_OVERRIDES), Candidate(), port=1, log_path="-"
+    )
+    assert "rayspec.twin.server" not in real.argv and not any("--twin" in a for a in real.argv)
+    twin = build_launch(load_config(TWIN_EXPERIMENT), _field_candidate(), port=1, log_path="-")
+    assert twin.argv[1:3] == ("-m", "rayspec.twin.server") and twin.engine == "twin"
+    assert "--twin-profile" in twin.argv and "--twin-seed" in twin.argv
+
+
+def test_graph_flag_by_version() -> None:
+    assert cuda_graph_flag("0.5.23") == "--cuda-graph-max-bs-decode"
+    assert cuda_graph_flag("0.5.18") == "--cuda-graph-max-bs-decode"
+    assert cuda_graph_flag("0.5.12") == "--cuda-graph-max-bs"
+    assert cuda_graph_flag("0.4.10.post2") == "--cuda-graph-max-bs"
+
+
+def test_twin_seed_is_per_trial_and_reproducible() -> None:
+    cfg = load_config(TWIN_EXPERIMENT)
+    seeds = [
+        build_launch(cfg, Candidate(), port=1, log_path="-", trial=n).argv for n in (0, 1, 0)
+    ]
+    assert seeds[0] == seeds[2] != seeds[1]
+
+
+def test_searched_flags_reach_argv_and_shell_line_quotes() -> None:
+    cfg = load_config(TWIN_EXPERIMENT, ["search.flags={--disable-custom-all-reduce: [on, off]}"])
+    space = SearchSpace.from_config(cfg.search)
+    cand = space.candidate({"flags.--disable-custom-all-reduce": "on"})
+    launch = build_launch(cfg, cand, port=1, log_path="-")
+    assert "--disable-custom-all-reduce" in launch.argv
+    line = shell_line(launch)
+    assert line.startswith("env -u ") and "NCCL_NVLS_ENABLE=0" in line
