@@ -37,6 +37,9 @@ from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StreamStalled
 from rayspec._types import RequestRecord
 
+_META_KEY = '"meta_info":'
+_DECODER = json.JSONDecoder()
+
 _CONNECTION_ERRORS = (
     httpx.ConnectError,
     httpx.ConnectTimeout,
@@ -45,6 +48,30 @@ _CONNECTION_ERRORS = (
     httpx.WriteError,
     httpx.CloseError,
 )
+
+
+def _parse_generate_chunk(payload: bytes) -> Any:
+    """Parse a ``/generate`` chunk, decoding only its ``meta_info`` when possible.
+
+    Cumulative chunks grow with the output (``text`` and ``output_ids`` of every token so far),
+    and a full ``json.loads`` of each was the largest client cost per chunk. An unescaped
+    ``"meta_info":`` can only be a key (quotes inside JSON strings are escaped), so the object
+    after its last occurrence is decoded alone; anything unusual (no ``meta_info``, no
+    ``completion_tokens``, an error chunk) falls back to a full parse.
+    """
+    text = payload.decode()
+    i = text.rfind(_META_KEY)
+    if i >= 0:
+        j = i + len(_META_KEY)
+        while j < len(text) and text[j] in " \t\r\n":
+            j += 1
+        try:
+            meta, _ = _DECODER.raw_decode(text, j)
+        except json.JSONDecodeError:
+            meta = None
+        if isinstance(meta, dict) and "completion_tokens" in meta:
+            return {"meta_info": meta}
+    return json.loads(text)
 
 
 @dataclasses.dataclass
@@ -82,6 +109,7 @@ class StreamResult:
     itl_s: tuple[float, ...]
     spec_verify_ct: int | None
     chunks: int
+    server_e2e_s: float | None = None  # meta_info.e2e_latency of the final chunk, if sent
 
 
 class _Partial(Exception):
@@ -235,7 +263,12 @@ class StreamClient:
         path, payload = self._payload(prompt, max_tokens)
         t0 = time.perf_counter()
         tl = _Timeline(t0=t0)
-        state: dict[str, Any] = {"prompt_tokens": 0, "verify": None, "finished": False}
+        state: dict[str, Any] = {
+            "prompt_tokens": 0,
+            "verify": None,
+            "finished": False,
+            "server_e2e": None,
+        }
         chunks = 0
         try:
             async with asyncio.timeout(self.request_timeout_s):
@@ -259,7 +292,12 @@ class StreamClient:
                                 done = True
                                 break
                             chunks += 1
-                            self._on_chunk(json.loads(body_bytes), now, tl, state)
+                            obj = (
+                                _parse_generate_chunk(body_bytes)
+                                if self.endpoint == "generate"
+                                else json.loads(body_bytes)
+                            )
+                            self._on_chunk(obj, now, tl, state)
                         if done:
                             break
                     end = time.perf_counter()
@@ -305,6 +343,7 @@ class StreamClient:
             itl_s=tuple(tl.itl_s),
             spec_verify_ct=state["verify"],
             chunks=chunks,
+            server_e2e_s=state["server_e2e"],
         )
 
     def _on_chunk(self, obj: Any, now: float, tl: _Timeline, state: dict[str, Any]) -> None:
@@ -322,6 +361,8 @@ class StreamClient:
                 state["prompt_tokens"] = meta["prompt_tokens"]
             if meta.get("spec_verify_ct") is not None:
                 state["verify"] = int(meta["spec_verify_ct"])
+            if meta.get("e2e_latency") is not None:
+                state["server_e2e"] = float(meta["e2e_latency"])
             finish = meta.get("finish_reason")
         else:
             usage = obj.get("usage") or {}

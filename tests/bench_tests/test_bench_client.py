@@ -172,3 +172,23 @@ def test_client_validates_arguments() -> None:
         StreamClient("http://127.0.0.1:1", endpoint="chat")
     with pytest.raises(ValueError, match="max_streams"):
         StreamClient("http://127.0.0.1:1", max_streams=0)
+
+
+def test_generate_chunk_fast_parse() -> None:
+    import json
+
+    from rayspec.bench._client import _parse_generate_chunk
+
+    meta = {"completion_tokens": 3, "finish_reason": None, "prompt_tokens": 4}
+    tricky = {"text": 'He said "meta_info": {"completion_tokens": 99}', "output_ids": [1, 2, 3],
+              "meta_info": meta}
+    for dumps in (json.dumps, lambda o: json.dumps(o, separators=(",", ":"))):
+        assert _parse_generate_chunk(dumps(tricky).encode())["meta_info"] == meta
+    # meta_info first, then the cumulative fields: still only the real key matches.
+    first = {"meta_info": meta, "text": "x", "output_ids": [1]}
+    assert _parse_generate_chunk(json.dumps(first).encode())["meta_info"] == meta
+    # No usable meta_info: a full parse (errors and odd chunks keep every field).
+    err = {"error": {"message": "boom"}}
+    assert _parse_generate_chunk(json.dumps(err).encode()) == err
+    odd = {"output_ids": [1, 2], "meta_info": {"id": "a"}}
+    assert _parse_generate_chunk(json.dumps(odd).encode()) == odd
