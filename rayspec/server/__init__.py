@@ -9,6 +9,8 @@ Public names:
   from SGLang's real log lines.
 - :func:`parse_decode_line`, :func:`parse_decode_lines`, :func:`parse_startup_summary`,
   :class:`DecodeBatch`, :class:`StartupSummary`: tolerant log parsers.
+- :func:`build_launch` and :func:`shell_line`: config + candidate -> :class:`~rayspec.LaunchSpec`
+  (pure), and the launch as one copy-pasteable shell line.
 - :func:`start_process`, :func:`stop_process` and :class:`ProcessInfo`: the process layer.
 """
 
@@ -22,6 +24,8 @@ from rayspec.server._base import BaseServerBackend
 from rayspec.server._base import ServerState
 from rayspec.server._classify import Phase
 from rayspec.server._classify import classify_failure
+from rayspec.server._command import build_launch
+from rayspec.server._command import shell_line
 from rayspec.server._logparse import DecodeBatch
 from rayspec.server._logparse import StartupSummary
 from rayspec.server._logparse import parse_decode_line
@@ -43,11 +47,13 @@ __all__ = [
     "StartupSummary",
     "TwinBackend",
     "backend_for",
+    "build_launch",
     "classify_failure",
     "parse_decode_line",
     "parse_decode_lines",
     "parse_exit_status",
     "parse_startup_summary",
+    "shell_line",
     "start_process",
     "stop_process",
 ]

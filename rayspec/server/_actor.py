@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 _GPU_VAR = "CUDA_VISIBLE_DEVICES"
 
 
-@ray.remote(num_cpus=0, max_concurrency=2)
+@ray.remote(num_cpus=0, max_concurrency=2)  # type: ignore[call-overload]  # stubs lag
 class ServerActor:
     """Owns one server backend on the node Ray placed it on.
 
@@ -98,7 +98,7 @@ class ServerActor:
 
     def node_ip(self) -> str:
         """The IP address of the node this actor (and its server) runs on."""
-        return str(ray.util.get_node_ip_address())
+        return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
 
     def pids(self) -> list[int]:
         """The reaper's pid and every descendant's, as they exist now (for checks)."""
@@ -109,4 +109,3 @@ class ServerActor:
         if self._backend is None:
             raise LaunchError("no server was started on this actor", reason=FailureReason.UNKNOWN)
         return self._backend
-

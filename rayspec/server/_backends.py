@@ -163,7 +163,9 @@ class _ProcessBackend(BaseServerBackend):
                 self._state = ServerState.STOPPED
                 raise
             self._state = ServerState.RUNNING
-        _logger.info("started %s server on %s, log %s", self.engine, launch.base_url, self.log_path)
+        _logger.info(
+            "started %s server on %s, log %s", self.engine, launch.base_url, self.log_path
+        )
 
     def wait_ready(self, timeout_s: float | None = None, poll_s: float = 0.25) -> dict[str, Any]:
         launch, info = self._require_running()
@@ -172,7 +174,9 @@ class _ProcessBackend(BaseServerBackend):
         with httpx.Client(base_url=launch.base_url, trust_env=False) as client:
             while True:
                 if self._stopping.is_set():
-                    raise LaunchError("stopped while waiting for readiness", reason=FailureReason.INTERRUPTED)
+                    raise LaunchError(
+                        "stopped while waiting for readiness", reason=FailureReason.INTERRUPTED
+                    )
                 if not _process.is_alive(info):
                     raise self._exited_error(Phase.STARTUP)
                 remaining = deadline - time.monotonic()
@@ -281,7 +285,14 @@ class _ProcessBackend(BaseServerBackend):
         text = read_log_tail(self.log_path)
         reason = classify_failure(text, returncode, phase)
         when = "while serving" if phase is Phase.SERVING else "before it became ready"
-        last = next((ln for ln in reversed(text.splitlines()) if ln.strip() and not ln.startswith("[rayspec")), "")
+        last = next(
+            (
+                ln
+                for ln in reversed(text.splitlines())
+                if ln.strip() and not ln.startswith("[rayspec")
+            ),
+            "",
+        )
         return ServerExited(
             f"{self.engine} server exited {when} (returncode {returncode}, {reason.value})"
             + (f": {last.strip()[:300]}" if last else ""),

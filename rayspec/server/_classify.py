@@ -47,10 +47,14 @@ _RULES: tuple[_Rule, ...] = (
         FailureReason.NCCL_INIT,
     ),
     # §6.5: decode_cuda_graph_runner "Capture cuda graph failed: {e}".
-    _Rule(re.compile(r"Capture cuda graph failed", re.IGNORECASE), FailureReason.CUDA_GRAPH_CAPTURE),
+    _Rule(
+        re.compile(r"Capture cuda graph failed", re.IGNORECASE), FailureReason.CUDA_GRAPH_CAPTURE
+    ),
     # §6.5: torch OOM inside the scheduler traceback; KV pool too small.
     _Rule(
-        re.compile(r"CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase"),
+        re.compile(
+            r"CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase"
+        ),
         FailureReason.OUT_OF_MEMORY,
     ),
     # argparse: "usage: ...\nlaunch_server.py: error: unrecognized arguments: ..." and exit 2.

@@ -136,7 +136,9 @@ def main(args: list[str]) -> int:
     os.setsid()
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        print(f"error prctl(PR_SET_CHILD_SUBREAPER) failed: errno {ctypes.get_errno()}", flush=True)
+        print(
+            f"error prctl(PR_SET_CHILD_SUBREAPER) failed: errno {ctypes.get_errno()}", flush=True
+        )
         os._exit(1)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null_fd = os.open(os.devnull, os.O_RDONLY)

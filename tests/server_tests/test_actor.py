@@ -27,7 +27,11 @@ def _actor(num_gpus: int = 1):
 
 def test_lifecycle_environment_and_teardown(make_launch) -> None:
     launch = make_launch(
-        "--spawn-tree", "--ready-after-s", "0.3", "--print-env", "CUDA_VISIBLE_DEVICES,NCCL_PROTO",
+        "--spawn-tree",
+        "--ready-after-s",
+        "0.3",
+        "--print-env",
+        "CUDA_VISIBLE_DEVICES,NCCL_PROTO",
         env={"NCCL_PROTO": "LL"},
     )
     actor = _actor(num_gpus=2)

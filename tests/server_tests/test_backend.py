@@ -17,8 +17,8 @@ from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
 from rayspec._exceptions import ServerExited
 from rayspec._exceptions import ServerStartTimeout
-from rayspec.server import SGLangBackend
 from rayspec.server import ServerState
+from rayspec.server import SGLangBackend
 from rayspec.server import TwinBackend
 from rayspec.server import backend_for
 
@@ -106,7 +106,9 @@ def test_crash_while_serving(make_launch) -> None:
 def test_oom_while_serving_keeps_its_cause(make_launch) -> None:
     with SGLangBackend(grace_s=1.0) as backend:
         backend.start(
-            make_launch("--ready-after-s", "0", "--fail", "torch_oom", "--fail-after-ready-s", "0.2")
+            make_launch(
+                "--ready-after-s", "0", "--fail", "torch_oom", "--fail-after-ready-s", "0.2"
+            )
         )
         backend.wait_ready(poll_s=0.1)
         deadline = time.monotonic() + 10
