@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 from collections.abc import Mapping
@@ -46,6 +47,7 @@ __all__ = [
     "load_profile",
 ]
 
+_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # same semantics, C speed
 _PROFILE_PACKAGE = "rayspec.twin"
 _PROFILE_DIR = "profiles"
 _ALGOS_WITH_COSTS = ("Ring", "Tree")
@@ -310,23 +312,31 @@ def load_profile(name_or_path: str) -> Profile:
             missing, unknown or of the wrong type (the message names the dotted key).
     """
     if name_or_path in available_profiles():
-        ref = resources.files(_PROFILE_PACKAGE).joinpath(_PROFILE_DIR, f"{name_or_path}.yaml")
-        text = ref.read_text(encoding="utf-8")
-        source = f"built-in profile {name_or_path!r}"
-    elif os.path.isfile(name_or_path):
-        try:
-            with open(name_or_path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise ProfileError(f"cannot read profile {name_or_path!r}: {exc}") from exc
-        source = f"profile file {name_or_path!r}"
-    else:
+        return _load_builtin(name_or_path)
+    if not os.path.isfile(name_or_path):
         raise ProfileError(
             f"unknown profile {name_or_path!r}: not a built-in name "
             f"({', '.join(available_profiles())}) and no such file"
         )
     try:
-        data = yaml.safe_load(text)
+        with open(name_or_path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ProfileError(f"cannot read profile {name_or_path!r}: {exc}") from exc
+    return _parse(text, f"profile file {name_or_path!r}")
+
+
+@functools.cache
+def _load_builtin(name: str) -> Profile:
+    # Profiles are deeply immutable (frozen dataclasses, read-only mappings), so one shared
+    # instance per built-in name is safe.
+    ref = resources.files(_PROFILE_PACKAGE).joinpath(_PROFILE_DIR, f"{name}.yaml")
+    return _parse(ref.read_text(encoding="utf-8"), f"built-in profile {name!r}")
+
+
+def _parse(text: str, source: str) -> Profile:
+    try:
+        data = yaml.load(text, Loader=_YamlLoader)
     except yaml.YAMLError as exc:
         raise ProfileError(f"{source} is not valid YAML: {exc}") from exc
     return profile_from_dict(data, source=source)
