@@ -7,9 +7,8 @@ they look like vocabulary ids.
 
 from __future__ import annotations
 
+import random
 import zlib
-
-import numpy as np
 
 _SYLLABLES = (
     "ka", "lo", "mi", "ne", "su", "ta", "ri", "vo", "pe", "da", "fu", "ge", "ho", "ji", "ba", "zo",
@@ -28,8 +27,8 @@ def count_prompt_tokens(text: str) -> int:
 def completion_ids(seed: int, prompt_key: str, n: int) -> list[int]:
     """The first ``n`` token ids of the completion of ``prompt_key`` under ``seed``."""
     crc = zlib.crc32(prompt_key.encode("utf-8", "surrogatepass"))
-    rng = np.random.default_rng([seed & 0xFFFFFFFF, crc])
-    return (rng.integers(0, len(WORDS), size=n) + TOKEN_ID_OFFSET).tolist()
+    rng = random.Random((seed & 0xFFFFFFFF) << 32 | crc)
+    return [TOKEN_ID_OFFSET + rng.randrange(len(WORDS)) for _ in range(n)]
 
 
 def detokenize(ids: list[int]) -> str:
