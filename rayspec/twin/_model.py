@@ -49,7 +49,7 @@ class DraftTree:
             child, r = 1..m.
         nodes: the kept nodes as rank paths, e.g. ``(1, 2)`` = second-ranked child of the
             top-ranked depth-1 node; closed under ancestors.
-        probs: each kept node's unconditional probability of being accepted, in ``nodes`` order.
+        probs: the kept nodes' unconditional acceptance probabilities, highest first.
     """
 
     depth_probs: tuple[tuple[float, ...], ...]
