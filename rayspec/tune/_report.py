@@ -140,16 +140,19 @@ def format_table(report: StudyReport, limit: int = 10) -> str:
     return "\n".join(lines)
 
 
+MODEL_PLACEHOLDER = "${MODEL_PATH}"
+DRAFT_PLACEHOLDER = "${DRAFT_MODEL_PATH}"
+
+
 def _deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
     """The experiment as a real SGLang launch (a twin study deploys to SGLang too)."""
+    real = cfg.server.engine is Engine.sglang
     server = dataclasses.replace(
         cfg.server,
         engine=Engine.sglang,
         python="python",
-        model_path=cfg.server.model_path if cfg.server.engine is Engine.sglang else "",
-        draft_model_path=(
-            cfg.server.draft_model_path if cfg.server.engine is Engine.sglang else ""
-        ),
+        model_path=cfg.server.model_path if real else MODEL_PLACEHOLDER,
+        draft_model_path=cfg.server.draft_model_path if real else DRAFT_PLACEHOLDER,
     )
     return dataclasses.replace(cfg, server=server)
 
@@ -158,16 +161,11 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
     """A bash script with the exact environment and ``python -m sglang.launch_server`` line."""
     dcfg = _deploy_config(cfg)
     launch = build_launch(dcfg, row.candidate, port=cfg.server.port, log_path="-")
-    argv = list(launch.argv)
-    quoted = []
-    for i, arg in enumerate(argv):
-        prev = argv[i - 1] if i else ""
-        if prev == "--model-path" and not arg:
-            quoted.append('"${MODEL_PATH:?set MODEL_PATH to the target model}"')
-        elif prev == "--speculative-draft-model-path" and not arg:
-            quoted.append('"${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the EAGLE-3 drafter}"')
-        else:
-            quoted.append(shlex.quote(arg))
+    placeholders = {
+        MODEL_PLACEHOLDER: '"${MODEL_PATH:?set MODEL_PATH to the target model}"',
+        DRAFT_PLACEHOLDER: '"${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the EAGLE-3 drafter}"',
+    }
+    quoted = [placeholders.get(arg) or shlex.quote(arg) for arg in launch.argv]
     vs = _vs(row, baseline)
     lines = [
         "#!/usr/bin/env bash",
