@@ -235,11 +235,31 @@ def pids_alive(pids: Iterable[int]) -> list[int]:
     return alive
 
 
-def wait_reaper(info: ProcessInfo, timeout_s: float) -> bool:
-    """Wait until the reaper has exited (then the whole tree is gone); True if it has."""
+def _open_reaper(info: ProcessInfo) -> int | None:
+    """A pidfd on the reaper, or None if it is gone.
+
+    The pidfd pins the process; the command-line check that follows makes sure it is still our
+    reaper and not a stranger that reused the pid after the reaper exited.
+    """
     try:
         fd = os.pidfd_open(info.reaper_pid)
     except ProcessLookupError:
+        return None
+    try:
+        with open(f"/proc/{info.reaper_pid}/cmdline", "rb") as fh:
+            args = fh.read().split(b"\0")
+    except OSError:
+        args = []
+    if os.fsencode(_REAPER_SCRIPT) in args and os.fsencode(info.log_path) in args:
+        return fd
+    os.close(fd)
+    return None
+
+
+def wait_reaper(info: ProcessInfo, timeout_s: float) -> bool:
+    """Wait until the reaper has exited (then the whole tree is gone); True if it has."""
+    fd = _open_reaper(info)
+    if fd is None:
         return True
     try:
         return bool(select.select([fd], [], [], max(timeout_s, 0.0))[0])
@@ -257,9 +277,8 @@ def stop_process(info: ProcessInfo, timeout_s: float = 20.0) -> bool:
     Returns:
         True if the reaper exited within ``timeout_s`` (the normal case).
     """
-    try:
-        fd = os.pidfd_open(info.reaper_pid)
-    except ProcessLookupError:
+    fd = _open_reaper(info)
+    if fd is None:
         return True  # already gone: the server exited and the reaper cleaned up
     try:
         with contextlib.suppress(ProcessLookupError):

@@ -18,6 +18,7 @@ from conftest import wait_gone
 
 from rayspec._exceptions import LaunchError
 from rayspec.server._logparse import parse_exit_status
+from rayspec.server._process import ProcessInfo
 from rayspec.server._process import is_alive
 from rayspec.server._process import pids_alive
 from rayspec.server._process import process_tree
@@ -167,3 +168,15 @@ def test_no_shell_anywhere(make_launch, tmp_path) -> None:
     assert wait_reaper(info, timeout_s=10.0)
     assert not marker.exists()
     assert f"['; touch {marker}']" in Path(info.log_path).read_text()
+
+
+def test_stop_never_signals_a_stranger_with_a_reused_pid(tmp_path) -> None:
+    stranger = subprocess.Popen(["sleep", "600"])
+    try:
+        info = ProcessInfo(stranger.pid, stranger.pid, str(tmp_path / "x.log"), 0.0)
+        assert stop_process(info, timeout_s=0.5)  # "already gone", as far as we know
+        assert wait_reaper(info, timeout_s=0.1)
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
