@@ -1,0 +1,155 @@
+"""Twin fidelity: the field table of DESIGN.md, measured over HTTP against the twin.
+
+For each field row it starts a twin (``python -m rayspec.twin.server``) with that row's NCCL
+environment and speculative flags, flushes the cache, runs 1 warm-up and N single requests with
+``max_new_tokens=500`` through httpx streaming, and prints the field figures beside the twin's
+mean and peak client-side tok/s (completion tokens / whole request time, TTFT included, as the
+field measurement) and the ratio per row. The ``model`` column is the performance model's
+expected decode rate (no noise, no TTFT) for reference. The twin must be within 5 % of the field on the mean.
+
+Usage::
+
+    python benchmarks/twin_fidelity.py [--runs 5] [--max-tokens 500] [--seed 0] [--profile NAME]
+
+Exit status: 0 when every row's mean is within the tolerance, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+
+import httpx
+
+from rayspec._types import SpecSettings
+from rayspec.twin import PerfModel
+from rayspec.twin import load_profile
+from rayspec.twin import resolve_nccl
+from rayspec.twin._testing import TwinProcess
+
+TUNED = {
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+    "NCCL_P2P_LEVEL": "SYS",
+    "NCCL_MAX_NCHANNELS": "16",
+    "NCCL_BUFFSIZE": "16777216",
+    "NCCL_NTHREADS": "512",
+}
+PROMPT = (
+    "Write a detailed essay about the history of tensor parallel inference servers and the "
+    "engineering trade-offs of speculative decoding on PCIe machines."
+)
+
+
+def eagle(steps: int, topk: int, ndt: int) -> tuple[str, ...]:
+    return (
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "eagle3-drafter",
+        "--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
+        "--speculative-num-draft-tokens", str(ndt),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    label: str
+    field_avg: float
+    field_peak: float
+    env: dict[str, str]
+    flags: tuple[str, ...]
+    spec: SpecSettings | None = None
+
+
+ROWS = (
+    Row("baseline, no speculation, NCCL tuned", 88.8, 89.0, TUNED, ()),
+    Row("baseline, no speculation, NCCL default", 62.9, 63.0, {}, ()),
+    Row("EAGLE-3 5 steps, NCCL default", 71.3, 75.3, {}, eagle(5, 1, 6),
+        SpecSettings("EAGLE3", 5, 1, 6)),
+    Row("EAGLE-3 5 steps, NCCL tuned", 86.7, 94.0, TUNED, eagle(5, 1, 6),
+        SpecSettings("EAGLE3", 5, 1, 6)),
+    Row("EAGLE-3 2 steps (3 draft, topk 1), NCCL tuned", 94.0, 96.9, TUNED, eagle(2, 1, 3),
+        SpecSettings("EAGLE3", 2, 1, 3)),
+)
+
+
+def one_request(client: httpx.Client, max_tokens: int) -> tuple[float, float | None]:
+    """Client-side tok/s of one streamed request, and its accept length (None: no spec)."""
+    body = {"text": PROMPT, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0},
+            "stream": True}
+    t0 = time.perf_counter()
+    meta: dict[str, object] = {}
+    with client.stream("POST", "/generate", json=body) as resp:
+        resp.raise_for_status()
+        for line in resp.iter_lines():
+            if line.startswith("data: {"):
+                meta = json.loads(line[6:])["meta_info"]
+    elapsed = time.perf_counter() - t0
+    tokens = int(meta["completion_tokens"])  # type: ignore[call-overload]
+    accept = meta.get("spec_accept_length")
+    return tokens / elapsed, float(accept) if accept is not None else None  # type: ignore[arg-type]
+
+
+def model_tok_s(row: Row, profile_name: str) -> float:
+    """The model's expected decode tok/s at batch 1 (no noise, no TTFT), for reference."""
+    profile = load_profile(profile_name)
+    env = {"NCCL_NVLS_ENABLE": "0", **row.env}  # SGLang's own write (contract §3.4)
+    return PerfModel(profile, resolve_nccl(env, profile), row.spec).expected_tok_s(1)
+
+
+def measure(row: Row, runs: int, max_tokens: int, seed: int, profile: str) -> dict[str, float]:
+    args = ["--tp-size", "8", "--twin-seed", str(seed), "--twin-profile", profile, *row.flags]
+    with TwinProcess(args, env=row.env, startup_s=0.3) as twin:
+        twin.wait_ready()
+        timeout = httpx.Timeout(10.0, read=60.0)
+        with httpx.Client(base_url=twin.base_url, timeout=timeout, trust_env=False) as client:
+            client.post("/flush_cache").raise_for_status()
+            one_request(client, max_tokens)  # warm-up, discarded
+            results = [one_request(client, max_tokens) for _ in range(runs)]
+    rates = [r for r, _ in results]
+    accepts = [a for _, a in results if a is not None]
+    return {
+        "mean": statistics.fmean(rates),
+        "peak": max(rates),
+        "stdev": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+        "accept": statistics.fmean(accepts) if accepts else float("nan"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="measured requests per row")
+    parser.add_argument("--max-tokens", type=int, default=500, help="tokens per request")
+    parser.add_argument("--seed", type=int, default=0, help="--twin-seed of every twin")
+    parser.add_argument("--profile", default="kimi-k2.5-tp8-pcie", help="--twin-profile")
+    parser.add_argument("--tolerance", type=float, default=0.05, help="allowed |mean ratio - 1|")
+    ns = parser.parse_args(argv)
+    header = (
+        f"| {'config':<48} | field avg | field peak | model | twin mean | twin peak | twin sd "
+        f"| accept len | mean ratio | peak ratio |"
+    )
+    print(f"twin fidelity: {ns.runs} runs x {ns.max_tokens} tokens after 1 warm-up, "
+          f"seed {ns.seed}, profile {ns.profile}")
+    print(header)
+    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+    ok = True
+    for row in ROWS:
+        m = measure(row, ns.runs, ns.max_tokens, ns.seed, ns.profile)
+        ratio = m["mean"] / row.field_avg
+        ok = ok and abs(ratio - 1) <= ns.tolerance
+        accept = "-" if m["accept"] != m["accept"] else f"{m['accept']:.2f}"
+        print(
+            f"| {row.label:<48} | {row.field_avg:9.1f} | {row.field_peak:10.1f} "
+            f"| {model_tok_s(row, ns.profile):5.1f} "
+            f"| {m['mean']:9.1f} | {m['peak']:9.1f} | {m['stdev']:7.2f} | {accept:>10} "
+            f"| {ratio:10.3f} | {m['peak'] / row.field_peak:10.3f} |",
+            flush=True,
+        )
+    print("all rows within tolerance" if ok else "SOME ROWS OUTSIDE TOLERANCE")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
