@@ -5,7 +5,8 @@ environment and speculative flags, flushes the cache, runs 1 warm-up and N singl
 ``max_new_tokens=500`` through httpx streaming, and prints the field figures beside the twin's
 mean and peak client-side tok/s (completion tokens / whole request time, TTFT included, as the
 field measurement) and the ratio per row. The ``model`` column is the performance model's
-expected decode rate (no noise, no TTFT) for reference. The twin must be within 5 % of the field on the mean.
+expected decode rate (no noise, no TTFT) for reference. The twin must be within 5 % of the
+field on the mean.
 
 Usage::
 
