@@ -13,10 +13,64 @@ from rayspec._exceptions import LaunchError
 from rayspec.server._backends import backend_for
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rayspec._types import LaunchSpec
     from rayspec.server._base import BaseServerBackend
 
 _GPU_VAR = "CUDA_VISIBLE_DEVICES"
+# What a Ray worker has that the node does not (measured on 2.60): never the server's business.
+_RAY_WORKER_ONLY = (
+    "OMP_NUM_THREADS",  # Ray forces 1 on a num_cpus=0 actor; SGLang must see the node's value
+    "PYTHONBREAKPOINT",
+    "RAY_JOB_ID",
+    "RAY_LD_PRELOAD_ON_WORKERS",
+    "RAY_RAYLET_PID",
+    "SPT_NOENV",
+)
+
+
+def _read_environ(pid: str | None) -> dict[str, str] | None:
+    if not pid or not pid.isdigit():
+        return None
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    env = {}
+    for item in data.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[os.fsdecode(key)] = os.fsdecode(value)
+    return env
+
+
+def node_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The worker's environment without what Ray adds to its workers only.
+
+    A name of ``_RAY_WORKER_ONLY`` is kept only if the raylet (whose environment is the node's,
+    read from ``/proc/$RAY_RAYLET_PID/environ``) has the same value. If the raylet's
+    environment cannot be read, the Ray-internal names are dropped, ``PYTHONBREAKPOINT`` is
+    dropped if it is Ray's debugger, and ``OMP_NUM_THREADS`` is kept (its origin is unknown).
+    Ray's ``CUDA_VISIBLE_DEVICES`` is always kept.
+    """
+    env = dict(os.environ if environ is None else environ)
+    raylet = _read_environ(env.get("RAY_RAYLET_PID"))
+    for name in _RAY_WORKER_ONLY:
+        if name not in env:
+            continue
+        if raylet is not None:
+            drop = raylet.get(name) != env[name]
+        elif name == "OMP_NUM_THREADS":
+            drop = False
+        elif name == "PYTHONBREAKPOINT":
+            drop = env[name].startswith("ray.")
+        else:
+            drop = True
+        if drop:
+            del env[name]
+    return env
 
 
 @ray.remote(num_cpus=0, max_concurrency=2)  # type: ignore[call-overload]  # stubs lag
@@ -36,8 +90,9 @@ class ServerActor:
     process tree goes away on :meth:`stop`, on ``ray.kill(actor)``, when the actor's worker
     dies for any reason, and when the server exits by itself.
 
-    Its environment is the worker's (which carries Ray's ``CUDA_VISIBLE_DEVICES``), plus
-    ``LaunchSpec.env``, minus ``LaunchSpec.unset_env``. A launch that sets or unsets
+    Its environment is the node's as the worker sees it (:func:`node_environment`: Ray's
+    ``CUDA_VISIBLE_DEVICES`` kept, Ray's worker-only additions such as ``OMP_NUM_THREADS=1``
+    removed), plus ``LaunchSpec.env``, minus ``LaunchSpec.unset_env``. A launch that sets or unsets
     ``CUDA_VISIBLE_DEVICES`` is refused: the GPUs are Ray's to assign.
 
     Errors reach the caller as the typed :class:`~rayspec.LaunchError` subclasses, with their
@@ -64,7 +119,12 @@ class ServerActor:
                 f"the launch may not set or unset {_GPU_VAR}: Ray assigns the GPUs",
                 reason=FailureReason.INFEASIBLE,
             )
-        backend = backend_for(launch.engine, grace_s=self._grace_s, owner_pid=os.getpid())
+        backend = backend_for(
+            launch.engine,
+            grace_s=self._grace_s,
+            owner_pid=os.getpid(),
+            base_env=node_environment(),
+        )
         self._backend = backend
         backend.start(launch)
 

@@ -38,6 +38,7 @@ from rayspec.server._classify import classify_failure
 from rayspec.server._logparse import parse_exit_status
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from collections.abc import Sequence
 
     from rayspec._types import LaunchSpec
@@ -81,19 +82,27 @@ class _ProcessBackend(BaseServerBackend):
     default_grace_s: float = 10.0
 
     def __init__(
-        self, *, grace_s: float | None = None, owner_pid: int | None = None, tail_lines: int = 40
+        self,
+        *,
+        grace_s: float | None = None,
+        owner_pid: int | None = None,
+        base_env: Mapping[str, str] | None = None,
+        tail_lines: int = 40,
     ) -> None:
         """Create a backend in state NEW.
 
         Args:
             grace_s: seconds between SIGTERM and SIGKILL of the tree at teardown.
             owner_pid: the process whose death tears the server down (default: this one).
+            base_env: the environment ``LaunchSpec.env`` applies to (default ``os.environ``
+                at start).
             tail_lines: how many log lines the raised errors carry.
         """
         self._grace_s = self.default_grace_s if grace_s is None else float(grace_s)
         if self._grace_s < 0:
             raise ValueError(f"grace_s must be >= 0, got {grace_s}")
         self._owner_pid = owner_pid
+        self._base_env = dict(base_env) if base_env is not None else None
         self._tail_lines = tail_lines
         self._state = ServerState.NEW
         self._lock = threading.Lock()
@@ -158,7 +167,9 @@ class _ProcessBackend(BaseServerBackend):
             self.check_launch(launch)
             self._launch = launch
             try:
-                self._info = _process.start_process(launch, self._owner_pid, self._grace_s)
+                self._info = _process.start_process(
+                    launch, self._owner_pid, self._grace_s, self._base_env
+                )
             except BaseException:
                 self._state = ServerState.STOPPED
                 raise

@@ -127,7 +127,10 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def start_process(
-    launch: LaunchSpec, owner_pid: int | None = None, grace_s: float = 10.0
+    launch: LaunchSpec,
+    owner_pid: int | None = None,
+    grace_s: float = 10.0,
+    base_env: Mapping[str, str] | None = None,
 ) -> ProcessInfo:
     """Start ``launch.argv`` under a detached reaper, output to ``launch.log_path``.
 
@@ -138,6 +141,7 @@ def start_process(
         launch: what to run.
         owner_pid: the process whose death tears the server down (default: this process).
         grace_s: how long the reaper waits after SIGTERM before it SIGKILLs the tree.
+        base_env: the environment ``launch.env`` applies to (default ``os.environ``).
 
     Returns:
         The pids and the log path, once the server process exists.
@@ -148,7 +152,7 @@ def start_process(
     """
     if not launch.argv:
         raise LaunchError("empty argv", reason=FailureReason.INFEASIBLE)
-    env = server_environment(launch)
+    env = server_environment(launch, base_env)
     check_port_free(launch.host, launch.port)
     log = Path(launch.log_path)
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def test_lifecycle_environment_and_teardown(make_launch) -> None:
         "--ready-after-s",
         "0.3",
         "--print-env",
-        "CUDA_VISIBLE_DEVICES,NCCL_PROTO",
+        "CUDA_VISIBLE_DEVICES,NCCL_PROTO,OMP_NUM_THREADS,PYTHONBREAKPOINT,RAY_JOB_ID",
         env={"NCCL_PROTO": "LL"},
     )
     actor = _actor(num_gpus=2)
@@ -48,6 +49,10 @@ def test_lifecycle_environment_and_teardown(make_launch) -> None:
         env = json.loads(re.search(r"FAKE_ENV (.*)", Path(launch.log_path).read_text()).group(1))
         assert env["NCCL_PROTO"] == "LL"
         assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == 2  # Ray's assignment reached it
+        # Ray's worker-only additions did not (the node's own value, if any, did).
+        assert env["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS")
+        assert not (env["PYTHONBREAKPOINT"] or "").startswith("ray.")
+        assert env["RAY_JOB_ID"] is None
         assert ray.get(actor.stop.remote()) == -15
         assert not ray.get(actor.alive.remote())
         assert wait_gone(tree) == []
@@ -94,3 +99,22 @@ def test_gpu_variable_is_rays(make_launch) -> None:
         assert err.value.reason is FailureReason.INFEASIBLE
     finally:
         ray.kill(actor)
+
+
+def test_node_environment_without_a_readable_raylet() -> None:
+    from rayspec.server._actor import node_environment
+
+    worker = {
+        "PATH": "/bin",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONBREAKPOINT": "ray.util.rpdb.set_trace",
+        "RAY_JOB_ID": "ffffffff",
+        "RAY_RAYLET_PID": "not-a-pid",
+        "SPT_NOENV": "1",
+    }
+    assert node_environment(worker) == {
+        "PATH": "/bin",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "OMP_NUM_THREADS": "1",  # origin unknown without the raylet: kept
+    }
