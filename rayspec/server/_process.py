@@ -147,17 +147,24 @@ def start_process(
         The pids and the log path, once the server process exists.
 
     Raises:
-        LaunchError: the port is taken, the environment is invalid, or the reaper could not
-            start the command (e.g. the executable does not exist).
+        LaunchError: the port is taken, the environment is invalid, the log cannot be
+            written, or the reaper could not start the command (e.g. the executable does not
+            exist).
     """
     if not launch.argv:
         raise LaunchError("empty argv", reason=FailureReason.INFEASIBLE)
     env = server_environment(launch, base_env)
     check_port_free(launch.host, launch.port)
     log = Path(launch.log_path)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "wb") as fh:
-        fh.write(f"[rayspec] launch: {shlex.join(launch.argv)}\n".encode())
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "wb") as fh:
+            fh.write(f"[rayspec] launch: {shlex.join(launch.argv)}\n".encode())
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot write the server log {str(log)!r}: {exc.strerror or exc}",
+            reason=FailureReason.UNKNOWN,
+        ) from exc
     cmd = [
         sys.executable,
         "-I",
@@ -169,14 +176,19 @@ def start_process(
         "--",
         *launch.argv,
     ]
-    with open(log, "ab") as err:
-        proc = subprocess.Popen(  # the reaper's own env: ours, untouched
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            close_fds=True,
-        )
+    try:
+        with open(log, "ab") as err:
+            proc = subprocess.Popen(  # the reaper's own env: ours, untouched
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                close_fds=True,
+            )
+    except OSError as exc:
+        raise LaunchError(
+            f"cannot start the reaper ({sys.executable}): {exc}", reason=FailureReason.UNKNOWN
+        ) from exc
     try:
         out, _ = proc.communicate(json.dumps(env).encode(), timeout=_HANDSHAKE_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:

@@ -180,3 +180,11 @@ def test_stop_never_signals_a_stranger_with_a_reused_pid(tmp_path) -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_unwritable_log_is_a_launch_error(make_launch, tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    launch = dataclasses.replace(make_launch(), log_path=str(blocker / "sub" / "server.log"))
+    with pytest.raises(LaunchError, match="cannot write the server log"):
+        start_process(launch)
