@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rayspec.twin._errors import DraftTreeError
 from rayspec.twin._errors import NcclError
+from rayspec.twin._errors import NcclForbiddenError
 from rayspec.twin._errors import NcclInitError
 from rayspec.twin._errors import NcclNoAlgorithmError
 from rayspec.twin._errors import ProfileError
@@ -26,6 +27,7 @@ from rayspec.twin._resolve import resolve_server_args
 __all__ = [
     "DraftTreeError",
     "NcclError",
+    "NcclForbiddenError",
     "NcclInitError",
     "NcclNoAlgorithmError",
     "NcclSetup",

@@ -403,8 +403,9 @@ class TwinServer:
             return _error(400, f"Invalid JSON: {exc}")
         if not isinstance(body, dict):
             return _error(400, "The request body must be a JSON object.")
-        text, input_ids = body.get("text"), body.get("input_ids")
-        if text is None and input_ids is None:
+        text: Any = body.get("text")
+        input_ids: Any = body.get("input_ids")
+        if text is None and not isinstance(input_ids, list):
             return _error(400, "Either text or input_ids should be provided.")
         if text is not None:
             prompts = text if isinstance(text, list) else [text]

@@ -40,6 +40,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rayspec._types import SpecSettings
+from rayspec.twin._errors import DraftTreeError
+from rayspec.twin._errors import NcclError
 from rayspec.twin._log import SglangLog
 from rayspec.twin._metrics import MetricsRegistry
 from rayspec.twin._model import PerfModel
@@ -337,21 +339,18 @@ class Engine:
             await asyncio.sleep(delay)
 
     async def _run(self) -> None:
-        try:
-            while True:
-                if self._frozen.is_set():
-                    await asyncio.Event().wait()  # hang forever
-                if self.idle:
-                    self._wake.clear()
-                    await self._wake.wait()
-                    self._clock = max(self._clock, time.monotonic())
-                    continue
-                if self._waiting and len(self._running) < self.cap:
-                    await self._prefill()
-                else:
-                    await self._decode()
-        except asyncio.CancelledError:
-            raise
+        while True:
+            if self._frozen.is_set():
+                await asyncio.Event().wait()  # a hung or dead scheduler: no more output
+            if self.idle:
+                self._wake.clear()
+                await self._wake.wait()
+                self._clock = max(self._clock, time.monotonic())
+                continue
+            if self._waiting and len(self._running) < self.cap:
+                await self._prefill()
+            else:
+                await self._decode()
 
     def _emit(self, req: GenRequest, n: int, now: float) -> int:
         """Give ``req`` ``n`` more tokens (fewer at the fault limit); returns tokens given."""
@@ -432,7 +431,7 @@ class Engine:
         time_factor = sum(r.time_factor for r in running) / batch
         try:
             step_ms = self.model.step_ms(batch, ctx)
-        except Exception as exc:  # DraftTreeError / NcclNoAlgorithmError: the scheduler dies
+        except (DraftTreeError, NcclError) as exc:  # the scheduler process dies
             self.freeze(dead=True)
             if self.on_fatal is not None:
                 self.on_fatal(exc)
