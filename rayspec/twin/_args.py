@@ -232,11 +232,12 @@ def build_parser(version: tuple[int, int, int] = (0, 5, 23)) -> argparse.Argumen
     g.add_argument("--twin-startup-s", type=float, default=1.0,
                    help="Simulated time from launch to the ready line, in seconds (default 1).")
     g.add_argument("--twin-fault", action="append", default=[], metavar="KIND[:ARG]",
-                   help="Inject a failure (repeatable): crash-startup, crash-after:N (N "
-                   "generated tokens server-wide, then the process dies), never-ready, "
-                   "stall:N (after N tokens server-wide the scheduler hangs; streams stay "
-                   "open), oom (torch OOM during startup; oom:kv for the KV-pool error), "
-                   "graph-capture (CUDA graph capture fails).")
+                   help="Inject a failure (repeatable): crash-startup, crash-after:N (after N "
+                   "generated tokens server-wide, counted from the ready line, the scheduler "
+                   "crashes and the process dies), never-ready (503 forever), stall:N (after "
+                   "N tokens the scheduler hangs; streams stay open), oom (torch OOM during "
+                   "startup; oom:kv for the KV-pool error), graph-capture (CUDA graph capture "
+                   "fails).")
     g.add_argument("--twin-version", default=DEFAULT_VERSION,
                    help="Emulated SGLang version (default 0.5.23). >= 0.5.20 rejects "
                    "--cuda-graph-max-bs as ambiguous (exit 2); < 0.5.20 has no /ready; "
