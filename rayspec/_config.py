@@ -78,6 +78,9 @@ MANAGED_FLAGS = (
 # Parsed by SGLang and never read (sglang-contract §3.4): searching it measures noise.
 DEAD_FLAGS = ("--num-continuous-decode-steps",)
 
+# Per-trial metrics a study can maximise (output tok/s of the objective scenario).
+OBJECTIVES = ("tok_s_mean", "tok_s_min", "tok_s_ci95_low", "tok_s_peak")
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([.\w]*)$")
 
@@ -109,6 +112,14 @@ class StudyConfig:
     storage: str = ""
     n_startup_trials: int = 6
     enqueue: list[dict[str, Any]] = field(default_factory=list)
+    # The objective: a per-trial metric of one scenario ("" = the first), maximised.
+    objective: str = "tok_s_mean"
+    objective_scenario: str = ""
+    # Stop a trial after a run once it cannot beat the incumbent (one-sided 95 % bound).
+    pruning: bool = True
+    prune_min_runs: int = 1
+    # Significance level of the comparisons against the baseline and the incumbent.
+    alpha: float = 0.05
 
 
 @dataclass
@@ -189,12 +200,19 @@ class SearchConfig:
 
 @dataclass
 class ScenarioConfig:
-    """One load shape; empty ``bench.scenarios`` means one from the top-level bench keys."""
+    """One load shape; empty ``bench.scenarios`` means one from the top-level bench keys.
+
+    ``input_len``/``output_len`` are optional ``[low, high]`` ranges (words / tokens) drawn per
+    request, deterministically; ``request_rate`` (requests/s, Poisson) is optional too.
+    """
 
     name: str = "single"
     concurrency: int = 1
     requests_per_run: int = 1
     max_tokens: int = 500
+    input_len: list[int] | None = None
+    output_len: list[int] | None = None
+    request_rate: float | None = None
 
 
 @dataclass
@@ -237,9 +255,11 @@ class ExperimentConfig:
         return self.study.storage or os.path.join(self.out_dir, "optuna.journal")
 
     def scenarios(self) -> list[ScenarioConfig]:
-        """The load scenarios; the first one is the objective's."""
+        """The load scenarios, the objective's first (so pruning can stop the rest)."""
         if self.bench.scenarios:
-            return list(self.bench.scenarios)
+            first = self.study.objective_scenario or self.bench.scenarios[0].name
+            ordered = sorted(self.bench.scenarios, key=lambda sc: sc.name != first)
+            return list(ordered)
         return [
             ScenarioConfig(
                 name="single" if self.bench.concurrency == 1 else f"c{self.bench.concurrency}",
@@ -411,9 +431,29 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("bench.concurrency", f"{b.concurrency} must be at least 1")
     if b.read_timeout_s <= 0 or b.request_timeout_s <= 0:
         raise _fail("bench.read_timeout_s", "timeouts must be positive")
+    names = [sc.name for sc in b.scenarios]
     for i, sc in enumerate(b.scenarios):
+        key = f"bench.scenarios[{i}]"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", sc.name) or names.count(sc.name) > 1:
+            raise _fail(f"{key}.name", f"{sc.name!r} must be a unique name of letters and digits")
         if sc.concurrency < 1 or sc.requests_per_run < 1 or sc.max_tokens < 1:
-            raise _fail(f"bench.scenarios[{i}]", "concurrency, requests_per_run, max_tokens >= 1")
+            raise _fail(key, "concurrency, requests_per_run and max_tokens must be at least 1")
+        for rng_key, rng in (("input_len", sc.input_len), ("output_len", sc.output_len)):
+            if rng is not None and (len(rng) != 2 or not 1 <= rng[0] <= rng[1]):
+                raise _fail(f"{key}.{rng_key}", f"{rng} must be [low, high] with 1 <= low <= high")
+        if sc.request_rate is not None and not sc.request_rate > 0:
+            raise _fail(f"{key}.request_rate", "must be a positive number of requests/s")
+    if s.objective not in OBJECTIVES:
+        raise _fail("study.objective", f"{s.objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if s.objective_scenario and s.objective_scenario not in [sc.name for sc in cfg.scenarios()]:
+        raise _fail(
+            "study.objective_scenario",
+            f"{s.objective_scenario!r} is not a scenario of bench.scenarios",
+        )
+    if not 0 < s.alpha < 1:
+        raise _fail("study.alpha", f"{s.alpha} must be in (0, 1)")
+    if s.prune_min_runs < 1:
+        raise _fail("study.prune_min_runs", "must be at least 1")
     if cfg.cluster.max_concurrent_trials < 0:
         raise _fail("cluster.max_concurrent_trials", "must be 0 (auto) or more")
     if not cfg.cluster.dashboard_host:

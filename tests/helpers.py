@@ -29,3 +29,23 @@ def twin_doc(out_dir: str, **sections: Any) -> dict[str, Any]:
     for key, value in sections.items():
         doc.setdefault(key, {}).update(value)
     return doc
+
+
+def free_port_block(n: int = 4) -> int:
+    """A port p such that p..p+n-1 were free a moment ago (for concurrent test studies)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = sock.getsockname()[1]
+        if base + n > 65535:
+            continue
+        try:
+            for port in range(base, base + n):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no block of free ports found")

@@ -55,6 +55,7 @@ TRIAL_SCHEMA = pa.schema(
         ("log_tail", pa.string()),
         ("server_info", pa.string()),
         ("note", pa.string()),
+        ("run_values", pa.string()),  # JSON per-run objective values (comparisons, resume)
         ("rayspec_version", pa.string()),
     ]
 )
@@ -173,6 +174,7 @@ def trial_row(result: TrialResult, extra: Mapping[str, object] | None = None) ->
         "log_tail": result.log_tail or None,
         "server_info": result.server_info or None,
         "note": None,
+        "run_values": None,
         "rayspec_version": __version__,
     }
     for key, value in (extra or {}).items():

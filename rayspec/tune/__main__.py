@@ -128,8 +128,17 @@ def _run(cfg: ExperimentConfig) -> int:
         )
         return 1
     print(format_table(report))
+    if outcome.pruned or report.pruned:
+        print(
+            f"pruning: {report.pruned} trials stopped early, saving about "
+            f"{report.bench_s_saved:.0f} s of benchmark time"
+        )
+    for scenario, row in report.best_per_scenario:
+        print(f"best at scenario {scenario}: trial {row.trial}: {row.label}")
     paths = write_best(cfg, report)
     print()
+    if report.pick_note:
+        print(report.pick_note)
     if paths:
         print(f"best: trial {report.best.trial}: {report.best.label}")
         print(f"  launch it:  {paths[1]}")

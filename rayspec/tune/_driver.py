@@ -9,10 +9,14 @@ configuration is queued again.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import json
 import logging
+import math
+import threading
 import time
 from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,15 +24,21 @@ from rayspec._config import ExperimentConfig
 from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
 from rayspec._types import TrialResult
+from rayspec.bench import per_run_tok_s
 from rayspec.search import SearchSpace
 from rayspec.search import StudyHandle
 from rayspec.search import canonical_key
 from rayspec.search import open_study
 from rayspec.search._study import ATTR_RETRY_OF
 from rayspec.store import ParquetTrialStore
+from rayspec.tune._decide import Measured
+from rayspec.tune._decide import cannot_beat
+from rayspec.tune._decide import comparison_metrics
 from rayspec.tune._report import StudyReport
 from rayspec.tune._report import build_report
+from rayspec.tune._report import candidate_from_row
 from rayspec.tune._trial import failed_result
+from rayspec.tune._trial import objective_scenario
 from rayspec.tune._trial import run_trial
 
 __all__ = ["StudyOutcome", "run_study"]
@@ -44,6 +54,46 @@ class StudyOutcome:
     ran: int  # trials finished by this invocation
     resumed_from: int  # finished trials found in storage at start
     wall_s: float
+    pruned: int = 0  # trials this invocation stopped early
+    bench_s_saved: float = 0.0  # benchmark time those stops saved (estimated from run times)
+
+
+class _Ledger:
+    """The measured trials the decisions need: baseline, incumbent, per-run values.
+
+    Shared between the trial threads (pruning) and the main thread (recording): guarded.
+    """
+
+    def __init__(self, alpha: float) -> None:
+        self.alpha = alpha
+        self._lock = threading.Lock()
+        self._measured: dict[int, Measured] = {}
+        self.baseline: int | None = None
+
+    def add(self, m: Measured) -> None:
+        with self._lock:
+            self._measured[m.trial] = m
+
+    def get(self, trial: int) -> Measured | None:
+        with self._lock:
+            return self._measured.get(trial)
+
+    def incumbent(self) -> Measured | None:
+        with self._lock:
+            ranked = [m for m in self._measured.values() if math.isfinite(m.mean)]
+        return max(ranked, key=lambda m: m.mean) if ranked else None
+
+    def comparisons(self, runs: list[float]) -> dict[str, float]:
+        """This trial against the baseline and the incumbent (ratio, CI, p, significant)."""
+        out: dict[str, float] = {}
+        base = self.get(self.baseline) if self.baseline is not None else None
+        if base is not None:
+            out |= comparison_metrics("vs_baseline", runs, base.runs, self.alpha)
+        inc = self.incumbent()
+        if inc is not None:
+            out |= comparison_metrics("vs_incumbent", runs, inc.runs, self.alpha)
+            out["incumbent_trial"] = float(inc.trial)
+        return out
 
 
 class _Progress:
@@ -67,6 +117,9 @@ class _Progress:
             acc = result.metrics.get("accept_length")
             if acc is not None and acc == acc:
                 what += f", accept len {acc:.2f}"
+        elif result.state == "PRUNED":
+            mean = result.metrics.get("tok_s_mean", math.nan)
+            what = f"pruned at {mean:.1f} tok/s ({result.failure_detail})"
         else:
             what = f"{result.state} ({result.failure or 'no reason'})"
         best = (
@@ -90,9 +143,13 @@ def _roles(handle: StudyHandle) -> dict[int, str]:
     return roles
 
 
-def _extra(params: dict[str, Any], attrs: dict[str, Any]) -> dict[str, object]:
+def _extra(
+    params: dict[str, Any], attrs: dict[str, Any], runs: list[float] | None = None
+) -> dict[str, object]:
     """Trial columns the study knows and the result does not."""
     extra: dict[str, object] = {"params": json.dumps(params, sort_keys=True)}
+    if runs:
+        extra["run_values"] = json.dumps([round(v, 6) for v in runs])
     if "candidate_key" in attrs:
         extra["candidate_key"] = attrs["candidate_key"]
     if "reused_from" in attrs:
@@ -136,6 +193,19 @@ def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) ->
         printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")
 
 
+def _load_ledger(
+    cfg: ExperimentConfig, store: ParquetTrialStore, roles: dict[int, str]
+) -> _Ledger:
+    ledger = _Ledger(cfg.study.alpha)
+    for row in store.load_trials().to_pylist():
+        if row["state"] != "COMPLETE" or not row.get("run_values") or row.get("note"):
+            continue
+        runs = tuple(float(v) for v in json.loads(row["run_values"]))
+        ledger.add(Measured(int(row["trial"]), candidate_from_row(row), runs))
+    ledger.baseline = next((n for n, r in roles.items() if r == "baseline"), None)
+    return ledger
+
+
 def run_study(
     cfg: ExperimentConfig,
     *,
@@ -154,12 +224,39 @@ def run_study(
     if done_before:
         printer(f"resuming study {cfg.study.name}: {done_before} trials done, {todo} to go")
     progress = _Progress(cfg.study.n_trials, done_before, printer)
-    ran = 0
+    ledger = _load_ledger(cfg, store, _roles(handle))
+    scenario = objective_scenario(cfg)
+    live: dict[int, Any] = {}  # trial number -> optuna trial, for intermediate values
+    protected: set[int] = set()  # the baseline and enqueued references are measured in full
+    ran = pruned = 0
+    saved_s = 0.0
+
+    def on_runs(number: int, runs: Sequence[float]) -> bool:
+        """After each run: report the running mean; prune a trial that cannot win."""
+        trial = live.get(number)
+        if trial is not None:
+            trial.report(float(sum(runs) / len(runs)), step=len(runs))
+        if not cfg.study.pruning or number in protected:
+            return False
+        incumbent = ledger.incumbent()
+        if incumbent is None:
+            return False
+        return cannot_beat(runs, incumbent.runs, min_runs=cfg.study.prune_min_runs)
 
     def record(trial: Any, candidate: Candidate, result: TrialResult) -> None:
-        nonlocal ran
-        store.append_trial(result, _extra(dict(trial.params), dict(trial.user_attrs)))
+        nonlocal ran, pruned, saved_s
+        runs = [v for v in per_run_tok_s(result.requests, scenario).values() if math.isfinite(v)]
+        if result.state in ("COMPLETE", "PRUNED") and runs:
+            metrics = dict(result.metrics) | ledger.comparisons(runs)
+            result = dataclasses.replace(result, metrics=metrics)
+        store.append_trial(result, _extra(dict(trial.params), dict(trial.user_attrs), runs))
         handle.tell(trial, result)
+        if result.state == "COMPLETE" and runs and result.launch is not None:
+            ledger.add(Measured(result.trial, candidate, tuple(runs)))
+        if result.state == "PRUNED":
+            pruned += 1
+            saved_s += float(result.metrics.get("bench_s_saved", 0.0))
+        live.pop(result.trial, None)
         ran += 1
         progress.finished(result)
 
@@ -170,14 +267,20 @@ def run_study(
             while True:
                 while free_slots and ran + len(pending) < todo and not handle.exhausted():
                     trial, candidate = handle.ask()
+                    role = trial.user_attrs.get("role")
+                    if role:
+                        protected.add(trial.number)
+                        if role == "baseline":
+                            ledger.baseline = trial.number
                     instant = _instant_result(handle, trial, candidate)
                     if instant is not None:
                         record(trial, candidate, instant)
                         continue
                     slot = free_slots.pop(0)
+                    live[trial.number] = trial
                     future = pool.submit(
                         trial_fn, cfg, trial.number, candidate, slot=slot,
-                        on_phase=progress.phase,
+                        on_phase=progress.phase, on_runs=on_runs,
                     )  # fmt: skip
                     pending[future] = (trial, candidate, slot)
                 if not pending:
@@ -192,8 +295,8 @@ def run_study(
                 future.cancel()
             raise
     roles = _roles(handle)
-    report = build_report(store.load_trials().to_pylist(), roles)
-    return StudyOutcome(report, ran, done_before, time.monotonic() - t0)
+    report = build_report(store.load_trials().to_pylist(), roles, alpha=cfg.study.alpha)
+    return StudyOutcome(report, ran, done_before, time.monotonic() - t0, pruned, saved_s)
 
 
 def _instant_result(handle: StudyHandle, trial: Any, candidate: Candidate) -> TrialResult | None:

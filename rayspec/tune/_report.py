@@ -19,7 +19,9 @@ from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
-from rayspec.server._command import build_launch
+from rayspec.server import build_launch
+from rayspec.tune._decide import Measured
+from rayspec.tune._decide import pick
 
 __all__ = ["Row", "StudyReport", "build_report", "deploy_script", "format_table", "write_best"]
 
@@ -37,6 +39,10 @@ class Row:
     role: str  # baseline, enqueued[i], or ""
     candidate: Candidate
     failure: str = ""
+    runs: tuple[float, ...] = ()
+    vs_baseline_significant: float = math.nan
+    vs_baseline_ci: tuple[float, float] = (math.nan, math.nan)
+    per_scenario: tuple[tuple[str, float], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -45,19 +51,24 @@ class Row:
 
 @dataclass(frozen=True)
 class StudyReport:
-    rows: tuple[Row, ...]  # COMPLETE rows, best first
+    rows: tuple[Row, ...]  # COMPLETE rows, fastest first
     baseline: Row | None
-    best: Row | None
+    best: Row | None  # the pick: the fastest, or a cheaper one within noise of it
     failed: int
     pruned: int
     total: int
+    fastest: Row | None = None
+    pick_note: str = ""  # why best is not the fastest, when it is not
+    best_per_scenario: tuple[tuple[str, Row], ...] = ()
+    bench_s_saved: float = 0.0
 
 
 def _f(value: Any) -> float:
     return float(value) if value is not None else math.nan
 
 
-def _candidate_from_row(r: dict[str, Any]) -> Candidate:
+def candidate_from_row(r: dict[str, Any]) -> Candidate:
+    """The candidate a stored trial row describes."""
     spec = None
     if r.get("spec_algorithm"):
         spec = SpecSettings(
@@ -81,13 +92,21 @@ def _candidate_from_row(r: dict[str, Any]) -> Candidate:
     return Candidate(nccl_env=nccl, spec=spec, flags=tuple(flags))
 
 
-def build_report(trial_rows: list[dict[str, Any]], roles: dict[int, str]) -> StudyReport:
-    """Rank the stored trials.
+def _runs(r: dict[str, Any]) -> tuple[float, ...]:
+    return tuple(float(v) for v in json.loads(r["run_values"])) if r.get("run_values") else ()
+
+
+def build_report(
+    trial_rows: list[dict[str, Any]], roles: dict[int, str], *, alpha: float = 0.05
+) -> StudyReport:
+    """Rank the stored trials and pick the configuration to deploy.
 
     Args:
         trial_rows: the Parquet trial rows (``ParquetTrialStore.load_trials().to_pylist()``).
         roles: trial number -> "baseline" / "enqueued[i]" for the configurations tried first.
+        alpha: significance level for "within noise".
     """
+    scenarios = sorted({k.split("__", 1)[0] for r in trial_rows for k in r if "__tok_s_mean" in k})
     rows = [
         Row(
             trial=int(r["trial"]),
@@ -97,28 +116,58 @@ def build_report(trial_rows: list[dict[str, Any]], roles: dict[int, str]) -> Stu
             tok_s_peak=_f(r.get("tok_s_peak")),
             accept_length=_f(r.get("accept_length")),
             role=roles.get(int(r["trial"]), ""),
-            candidate=_candidate_from_row(r),
+            candidate=candidate_from_row(r),
             failure=str(r.get("failure") or ""),
+            runs=_runs(r),
+            vs_baseline_significant=_f(r.get("vs_baseline_significant")),
+            vs_baseline_ci=(_f(r.get("vs_baseline_ci95_low")), _f(r.get("vs_baseline_ci95_high"))),
+            per_scenario=tuple((sc, _f(r.get(f"{sc}__tok_s_mean"))) for sc in scenarios),
         )
         for r in trial_rows
         if not r.get("note")  # a reused measurement is the same point again
     ]
     ok = sorted((r for r in rows if r.ok), key=lambda r: (-r.tok_s_mean, r.trial))
     baseline = next((r for r in ok if r.role == "baseline"), None)
+    by_trial = {r.trial: r for r in ok}
+    choice = pick([Measured(r.trial, r.candidate, r.runs) for r in ok if r.runs], alpha=alpha)
+    best = fastest = ok[0] if ok else None
+    note = ""
+    if choice is not None:
+        best, fastest = by_trial[choice.chosen.trial], by_trial[choice.fastest.trial]
+        if choice.comparison is not None:
+            c = choice.comparison
+            note = (
+                f"trial {best.trial} is within noise of the fastest, trial {fastest.trial} "
+                f"(ratio {c.ratio:.3f}, 95 % CI [{c.ci95_low:.3f}, {c.ci95_high:.3f}], "
+                f"p = {c.p_value:.2f}) and cheaper (fewer draft tokens / steps): picked"
+            )
+    per_scenario = []
+    for i, sc in enumerate(scenarios):
+        ranked = [r for r in ok if math.isfinite(r.per_scenario[i][1])]
+        if ranked:
+            per_scenario.append((sc, max(ranked, key=lambda r: r.per_scenario[i][1])))
+    saved = sum(_f(r.get("bench_s_saved")) for r in trial_rows if r["state"] == "PRUNED")
     return StudyReport(
         rows=tuple(ok),
         baseline=baseline,
-        best=ok[0] if ok else None,
+        best=best,
         failed=sum(r.state == "FAIL" for r in rows),
         pruned=sum(r.state == "PRUNED" for r in rows),
         total=len(rows),
+        fastest=fastest,
+        pick_note=note,
+        best_per_scenario=tuple(per_scenario),
+        bench_s_saved=0.0 if math.isnan(saved) else saved,
     )
 
 
 def _vs(row: Row, baseline: Row | None) -> str:
     if baseline is None or row.trial == baseline.trial:
         return "—"
-    return f"{(row.tok_s_mean / baseline.tok_s_mean - 1) * 100:+.1f} %"
+    text = f"{(row.tok_s_mean / baseline.tok_s_mean - 1) * 100:+.1f} %"
+    if row.vs_baseline_significant == 0.0:
+        text += " (within noise)"
+    return text
 
 
 def format_table(report: StudyReport, limit: int = 10) -> str:
@@ -132,6 +181,8 @@ def format_table(report: StudyReport, limit: int = 10) -> str:
     ]
     for r in shown:
         tag = f" ({r.role})" if r.role else ""
+        if report.best is not None and r.trial == report.best.trial:
+            tag += " (picked)"
         acc = f"{r.accept_length:.2f}" if math.isfinite(r.accept_length) else "—"
         lines.append(
             f"| {r.trial} | {r.label}{tag} | {r.tok_s_mean:.1f} | {r.tok_s_peak:.1f} | {acc} | "

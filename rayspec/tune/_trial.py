@@ -10,12 +10,13 @@ import math
 import os
 import time
 from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rayspec._config import ExperimentConfig
-from rayspec._exceptions import BenchError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
 from rayspec._types import Candidate
@@ -24,16 +25,22 @@ from rayspec._types import RequestRecord
 from rayspec._types import TrialResult
 from rayspec.bench import BenchActor
 from rayspec.bench import BenchPlan
+from rayspec.bench import BenchResult
 from rayspec.bench import Scenario
+from rayspec.bench import first_failure
 from rayspec.bench import summarize
 from rayspec.server import ServerActor
-from rayspec.server._command import build_launch
+from rayspec.server import build_launch
+from rayspec.server import parse_decode_lines
 
-__all__ = ["bench_plan", "failed_result", "run_trial"]
+__all__ = ["bench_plan", "failed_result", "objective_scenario", "run_trial"]
 
 _log = logging.getLogger(__name__)
 
 PhaseCallback = Callable[[int, str], None]
+# Called with the objective scenario's per-run values so far; True stops the trial (pruned).
+RunsCallback = Callable[[int, Sequence[float]], bool]
+_POLL_S = 0.5
 
 
 def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
@@ -45,6 +52,9 @@ def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
             requests_per_run=sc.requests_per_run,
             max_tokens=sc.max_tokens,
             prompt_set=cfg.bench.prompts,
+            input_len_range=tuple(sc.input_len) if sc.input_len else None,  # type: ignore[arg-type]
+            output_len_range=tuple(sc.output_len) if sc.output_len else None,  # type: ignore[arg-type]
+            request_rate=sc.request_rate,
         )
         for sc in cfg.scenarios()
     )
@@ -56,6 +66,10 @@ def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
         read_timeout_s=cfg.bench.read_timeout_s,
         request_timeout_s=cfg.bench.request_timeout_s,
     )
+
+
+def objective_scenario(cfg: ExperimentConfig) -> str:
+    return cfg.scenarios()[0].name
 
 
 def trial_log_path(cfg: ExperimentConfig, number: int) -> str:
@@ -72,6 +86,7 @@ def failed_result(
     start: float | None = None,
     log_tail: str = "",
     requests: tuple[RequestRecord, ...] = (),
+    node: str = "",
 ) -> TrialResult:
     now = time.time()
     return TrialResult(
@@ -87,6 +102,7 @@ def failed_result(
         failure=reason.value,
         failure_detail=detail,
         log_tail=log_tail,
+        node=node,
     )
 
 
@@ -97,13 +113,6 @@ def _node_id_of_ip(ip: str) -> str | None:
     return None
 
 
-def _objective(metrics: dict[str, float]) -> float | None:
-    value = metrics.get("tok_s_mean")
-    if value is None or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def run_trial(
     cfg: ExperimentConfig,
     number: int,
@@ -111,6 +120,7 @@ def run_trial(
     *,
     slot: int = 0,
     on_phase: PhaseCallback | None = None,
+    on_runs: RunsCallback | None = None,
 ) -> TrialResult:
     """Run one trial to its end, whatever happens; never raises for a server or bench failure.
 
@@ -120,6 +130,7 @@ def run_trial(
         candidate: what to launch.
         slot: which concurrent slot runs it (offsets the port).
         on_phase: called with (trial, phase) as the trial moves on.
+        on_runs: called after each measured run of the objective scenario; True prunes.
     """
     phase = on_phase or (lambda _n, _p: None)
     start = time.time()
@@ -152,22 +163,21 @@ def run_trial(
         phase(number, "waiting for ready")
         info = ray.get(server.wait_ready.remote())
         phase(number, "benchmarking")
-        records = _run_bench(bench, server, launch, cfg)
-        return _measured_result(number, candidate, launch, records, info, start, node_ip, server)
+        bench_result, pruned = _run_bench(bench, launch, cfg, number, on_runs)
+        view = _server_view(bench, server, launch)
+        return _result(
+            cfg, number, candidate, launch, bench_result, pruned, info, view, start, node_ip,
+            server,
+        )  # fmt: skip
     except LaunchError as exc:
         return failed_result(
-            number,
-            candidate,
-            exc.reason,
-            str(exc),
-            launch=launch,
-            start=start,
-            log_tail=exc.log_tail or _log_tail(server),
-        )
-    except ray.exceptions.RayActorError as exc:
+            number, candidate, exc.reason, str(exc), launch=launch, start=start,
+            log_tail=exc.log_tail or _log_tail(server), node=node_ip,
+        )  # fmt: skip
+    except ray.exceptions.RayError as exc:
         return failed_result(
-            number, candidate, FailureReason.UNKNOWN, f"actor died: {exc}", launch=launch,
-            start=start, log_tail=_log_tail(server),
+            number, candidate, FailureReason.UNKNOWN, f"{type(exc).__name__}: {exc}"[:2000],
+            launch=launch, start=start, log_tail=_log_tail(server), node=node_ip,
         )  # fmt: skip
     finally:
         phase(number, "stopping server")
@@ -177,95 +187,141 @@ def run_trial(
 
 
 def _run_bench(
-    bench: ray.actor.ActorHandle,
-    server: ray.actor.ActorHandle,
+    bench: Any,
     launch: LaunchSpec,
     cfg: ExperimentConfig,
-) -> tuple[RequestRecord, ...]:
+    number: int,
+    on_runs: RunsCallback | None,
+) -> tuple[BenchResult, bool]:
+    """Run the plan, watching each finished run so a hopeless trial can be stopped early."""
+    ref = bench.run_detailed.remote(launch.base_url, bench_plan(cfg))
+    scenario = objective_scenario(cfg)
+    seen = 0
+    pruned = False
+    while True:
+        done, _ = ray.wait([ref], timeout=_POLL_S)
+        if on_runs is not None and not pruned:
+            reports = ray.get(bench.progress.remote())
+            runs = [r.tok_s for r in reports if r.scenario == scenario and r.run >= 0]
+            if len(runs) > seen:
+                seen = len(runs)
+                if on_runs(number, runs):
+                    pruned = True
+                    bench.request_stop.remote()
+        if done:
+            break
+    return ray.get(ref), pruned
+
+
+def _server_view(bench: Any, server: Any, launch: LaunchSpec) -> dict[str, float]:
+    """The server's own view, beside the client's: /get_server_info, /metrics, decode lines."""
+    out: dict[str, float] = {}
     try:
-        records = ray.get(bench.run.remote(launch.base_url, bench_plan(cfg)))
-    except ray.exceptions.RayTaskError as exc:
-        cause = exc.cause if isinstance(getattr(exc, "cause", None), BenchError) else None
-        if cause is not None:
-            raise _bench_failure(cause, server) from exc
-        raise
-    return tuple(records)
+        view = ray.get(bench.server_view.remote(launch.base_url), timeout=30)
+    except (ray.exceptions.RayError, TimeoutError):
+        view = {}
+    for key, name in (
+        ("avg_spec_accept_length", "server_accept_length"),
+        ("last_gen_throughput", "server_gen_throughput"),
+    ):
+        value = view.get(key)
+        if isinstance(value, int | float):
+            out[name] = float(value)
+    metrics = view.get("metrics") or {}
+    for key in ("sglang:spec_accept_length", "sglang:gen_throughput"):
+        value = metrics.get(key)
+        if isinstance(value, int | float):
+            out["metrics_" + key.split(":", 1)[1]] = float(value)
+    lines = parse_decode_lines(_log_tail(server, 4000))
+    accepts = [b.accept_len for b in lines if b.accept_len is not None]
+    gens = [b.gen_throughput_tok_s for b in lines if b.gen_throughput_tok_s]
+    if accepts:
+        out["log_accept_len_mean"] = float(sum(accepts) / len(accepts))
+    if gens:
+        out["log_gen_throughput_mean"] = float(sum(gens) / len(gens))
+    return out
 
 
-def _bench_failure(exc: BenchError, server: ray.actor.ActorHandle) -> LaunchError:
-    alive = _alive(server)
-    reason = exc.reason
-    if not alive and reason is not FailureReason.STALLED_STREAM:
-        reason = FailureReason.CRASH_MID_BENCHMARK
-    return LaunchError(str(exc), reason=reason, log_tail=_log_tail(server))
-
-
-def _measured_result(
+def _result(
+    cfg: ExperimentConfig,
     number: int,
     candidate: Candidate,
     launch: LaunchSpec,
-    records: tuple[RequestRecord, ...],
-    info: dict[str, object],
+    bench: BenchResult,
+    pruned: bool,
+    info: dict[str, Any],
+    view: dict[str, float],
     start: float,
     node_ip: str,
-    server: ray.actor.ActorHandle,
+    server: Any,
 ) -> TrialResult:
-    measured = [r for r in records if r.run >= 0]
-    failed = [r for r in measured if not r.ok]
-    if failed or not measured:
-        # A request that failed mid-run: the server crashed or a stream stalled.
-        first = failed[0].error if failed else "no request was measured"
-        alive = _alive(server)
-        stalled = any("stall" in (r.error or "").lower() for r in failed)
-        if stalled:
-            reason = FailureReason.STALLED_STREAM
-        elif not alive:
+    records = tuple(bench.records)
+    failure = first_failure(records)
+    if failure is not None:
+        reason, text = failure
+        if reason is not FailureReason.STALLED_STREAM and not _alive(server):
             reason = FailureReason.CRASH_MID_BENCHMARK
-        else:
-            reason = FailureReason.UNKNOWN
         return failed_result(
-            number, candidate, reason, f"{len(failed)} request(s) failed: {first}",
-            launch=launch, start=start, log_tail=_log_tail(server), requests=records,
+            number, candidate, reason, f"a request failed: {text}"[:2000], launch=launch,
+            start=start, log_tail=_log_tail(server), requests=records, node=node_ip,
         )  # fmt: skip
-    first_scenario = measured[0].scenario
-    metrics = dict(summarize(list(records), scenario=first_scenario))
-    metrics.setdefault("tok_s_peak", metrics.get("tok_s_max", math.nan))
-    value = _objective(metrics)
-    if value is None:
+    scenarios = [sc.name for sc in cfg.scenarios()]
+    metrics = dict(summarize(records, scenario=scenarios[0]))
+    for name in scenarios[1:]:
+        for key, value in summarize(records, scenario=name).items():
+            metrics[f"{name}__{key}"] = value
+    metrics.update(view)
+    measured = [r for r in bench.runs if r.run >= 0]
+    planned = cfg.bench.repeats * len(scenarios)
+    pruned = pruned and len(measured) < planned  # a stop after the last run saves nothing
+    metrics["bench_s"] = float(sum(r.wall_s for r in bench.runs))
+    metrics["client_bound_runs"] = float(bench.client_bound_runs)
+    if pruned and measured:
+        mean_wall = sum(r.wall_s for r in measured) / len(measured)
+        metrics["bench_s_saved"] = float((planned - len(measured)) * mean_wall)
+    else:
+        metrics["bench_s_saved"] = 0.0
+    value = metrics.get(cfg.study.objective)
+    if value is None or not math.isfinite(value):
         return failed_result(
             number, candidate, FailureReason.UNKNOWN, "no throughput could be computed",
-            launch=launch, start=start, requests=records,
+            launch=launch, start=start, requests=records, node=node_ip,
         )  # fmt: skip
     return TrialResult(
         trial=number,
-        state="COMPLETE",
-        value=value,
+        state="PRUNED" if pruned else "COMPLETE",
+        value=None if pruned else float(value),
         candidate=candidate,
         launch=launch,
         metrics=metrics,
         requests=records,
         start_unix_s=start,
         end_unix_s=time.time(),
+        failure_detail=(
+            f"pruned after {len(measured)} of {planned} runs: cannot beat the incumbent"
+            if pruned
+            else ""
+        ),
         server_info=json.dumps(info, default=str)[:20000],
         node=node_ip,
     )
 
 
-def _alive(server: ray.actor.ActorHandle) -> bool:
+def _alive(server: Any) -> bool:
     try:
         return bool(ray.get(server.alive.remote(), timeout=10))
     except (ray.exceptions.RayError, TimeoutError):
         return False
 
 
-def _log_tail(server: ray.actor.ActorHandle) -> str:
+def _log_tail(server: Any, lines: int = 40) -> str:
     try:
-        return str(ray.get(server.log_tail.remote(40), timeout=10))
+        return str(ray.get(server.log_tail.remote(lines), timeout=10))
     except (ray.exceptions.RayError, TimeoutError):
         return ""
 
 
-def _stop(server: ray.actor.ActorHandle, timeout_s: float) -> None:
+def _stop(server: Any, timeout_s: float) -> None:
     try:
         ray.get(server.stop.remote(), timeout=timeout_s + 10)
     except (ray.exceptions.RayError, TimeoutError) as exc:

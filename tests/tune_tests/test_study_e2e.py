@@ -15,6 +15,7 @@ from rayspec.tune import run_study
 from rayspec.tune._report import write_best
 from tests.helpers import REPO
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import free_port_block
 
 FAST = [
     "bench.repeats=2",
@@ -25,7 +26,8 @@ FAST = [
 
 
 def _cfg(tmp_path, *extra: str):
-    return load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}", *FAST, *extra])
+    port = f"server.port={free_port_block()}"
+    return load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}", port, *FAST, *extra])
 
 
 def test_study_runs_resumes_and_writes_everything(ray_cluster, tmp_path) -> None:
@@ -74,7 +76,8 @@ def test_cli_runs_a_small_study(tmp_path) -> None:
     """`python -m rayspec.tune` itself: its own local Ray, exit 0, the table, best files."""
     proc = subprocess.run(
         [sys.executable, "-m", "rayspec.tune", TWIN_EXPERIMENT, f"output.dir={tmp_path}",
-         "study.n_trials=2", "server.port=31700", *FAST],
+         "study.n_trials=2", f"server.port={free_port_block()}",
+         f"cluster.dashboard_port={free_port_block(1)}", *FAST],
         capture_output=True, text=True, cwd=REPO, timeout=240,
         env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"},
     )  # fmt: skip

@@ -1,0 +1,125 @@
+"""Decisions made from measurements (pure): pruning, comparisons, the final pick.
+
+A measurement is a list of per-run values (output tok/s of one run each). Noise is estimated
+from the runs themselves; a trial with too few runs borrows the incumbent's spread, which the
+same server set-up produced under the same protocol.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rayspec._types import Candidate
+from rayspec.bench import Comparison
+from rayspec.bench import compare
+from rayspec.bench import t_ppf
+
+__all__ = [
+    "Measured",
+    "cost_key",
+    "cannot_beat",
+    "comparison_metrics",
+    "pick",
+]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A finished trial as the decisions see it."""
+
+    trial: int
+    candidate: Candidate
+    runs: tuple[float, ...]  # per-run values of the objective scenario
+
+    @property
+    def mean(self) -> float:
+        finite = [v for v in self.runs if math.isfinite(v)]
+        return float(np.mean(finite)) if finite else math.nan
+
+
+def _std(values: Sequence[float]) -> float:
+    x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
+    return float(x.std(ddof=1)) if x.size >= 2 else math.nan
+
+
+def cannot_beat(
+    runs: Sequence[float], incumbent: Sequence[float], *, min_runs: int = 1
+) -> bool:
+    """Whether a trial with ``runs`` so far cannot beat the incumbent (prune it).
+
+    The rule is a one-sided 95 % bound: prune when
+    ``mean(runs) + t(0.95, df) * s / sqrt(n) < mean(incumbent)``, where ``s`` is the larger of
+    the trial's and the incumbent's run-to-run standard deviation (a trial with one run has none
+    of its own) and ``df`` the degrees of freedom that estimate came from. Without an incumbent
+    with at least two runs nothing is pruned.
+    """
+    x = [v for v in runs if math.isfinite(v)]
+    inc = [v for v in incumbent if math.isfinite(v)]
+    if len(x) < min_runs or len(inc) < 2:
+        return False
+    s_inc, s_own = _std(inc), _std(x)
+    if math.isfinite(s_own) and s_own > s_inc:
+        s, df = s_own, len(x) - 1
+    else:
+        s, df = s_inc, len(inc) - 1
+    upper = float(np.mean(x)) + t_ppf(0.95, df) * s / math.sqrt(len(x))
+    return upper < float(np.mean(inc))
+
+
+def comparison_metrics(prefix: str, runs: Sequence[float], other: Sequence[float],
+                       alpha: float) -> dict[str, float]:  # fmt: skip
+    """``<prefix>_ratio``, ``_ci95_low``, ``_ci95_high``, ``_p``, ``_significant`` (1.0/0.0)."""
+    c: Comparison = compare(runs, other, alpha=alpha)
+    return {
+        f"{prefix}_ratio": c.ratio,
+        f"{prefix}_ci95_low": c.ci95_low,
+        f"{prefix}_ci95_high": c.ci95_high,
+        f"{prefix}_p": c.p_value,
+        f"{prefix}_significant": 1.0 if c.significant else 0.0,
+    }
+
+
+def cost_key(candidate: Candidate) -> tuple[int, int]:
+    """Serving cost of a configuration: draft tokens, then steps (no speculation costs 0)."""
+    if candidate.spec is None:
+        return (0, 0)
+    return (candidate.spec.num_draft_tokens, candidate.spec.num_steps)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The final choice: the fastest, or a cheaper one within noise of it."""
+
+    chosen: Measured
+    fastest: Measured
+    comparison: Comparison | None  # chosen vs fastest, when they differ
+
+    @property
+    def cheaper_within_noise(self) -> bool:
+        return self.chosen.trial != self.fastest.trial
+
+
+def pick(measured: Sequence[Measured], *, alpha: float = 0.05) -> Pick | None:
+    """The fastest trial, unless a cheaper one is within noise of it.
+
+    Cheaper means fewer draft tokens, then fewer steps (:func:`cost_key`). Among the trials
+    whose difference from the fastest is not significant (Welch, ``alpha``), the cheapest wins;
+    ties go to the higher mean.
+    """
+    ranked = sorted((m for m in measured if math.isfinite(m.mean)), key=lambda m: -m.mean)
+    if not ranked:
+        return None
+    fastest = ranked[0]
+    within = [fastest]
+    for m in ranked[1:]:
+        c = compare(m.runs, fastest.runs, alpha=alpha)
+        # Within noise needs evidence: a test that ran (two runs each) and found no difference.
+        if math.isfinite(c.p_value) and not c.significant:
+            within.append(m)
+    chosen = min(within, key=lambda m: (cost_key(m.candidate), -m.mean))
+    comparison = None if chosen is fastest else compare(chosen.runs, fastest.runs, alpha=alpha)
+    return Pick(chosen, fastest, comparison)
