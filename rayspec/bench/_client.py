@@ -270,6 +270,7 @@ class StreamClient:
             "server_e2e": None,
         }
         chunks = 0
+        end = t0
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 async with self._client.stream("POST", path, json=payload) as response:
@@ -281,6 +282,11 @@ class StreamClient:
                     buf = b""
                     done = False
                     async for data in response.aiter_bytes():
+                        if done:
+                            # Read the response to its end (the chunked terminator follows
+                            # [DONE] at once): a response left unread closes the connection,
+                            # and the next request would pay for a new one.
+                            continue
                         now = time.perf_counter()
                         buf += data
                         *lines, buf = buf.split(b"\n")
@@ -290,6 +296,7 @@ class StreamClient:
                             body_bytes = line[5:].strip()
                             if body_bytes == b"[DONE]":
                                 done = True
+                                end = now
                                 break
                             chunks += 1
                             obj = (
@@ -298,9 +305,8 @@ class StreamClient:
                                 else json.loads(body_bytes)
                             )
                             self._on_chunk(obj, now, tl, state)
-                        if done:
-                            break
-                    end = time.perf_counter()
+                    if not done:
+                        end = time.perf_counter()
                     if not done and not state["finished"]:
                         raise BenchError(
                             f"stream ended after {tl.tokens} tokens without a final chunk "

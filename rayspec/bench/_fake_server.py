@@ -7,7 +7,8 @@ client's measurements can be checked against ground truth. It can also stall a s
 the connection, send an error chunk or answer ``/flush_cache`` with 400 (busy).
 
 Every emission is logged with server-side ``time.perf_counter()`` stamps (CLOCK_MONOTONIC,
-comparable across processes of one Linux host); ``GET /fake/log`` returns the log.
+comparable across processes of one Linux host); ``GET /fake/log`` returns the log and
+``DELETE /fake/log`` clears it.
 
 Run it in-process on a thread (:class:`FakeSGLangServer`) or as a process:
 ``python -m rayspec.bench._fake_server --port 0 --gap-ms 10`` prints ``PORT <n>`` when ready.
@@ -86,6 +87,12 @@ class Emission:
     emit_s: list[float] = dataclasses.field(default_factory=list)
     tokens: list[int] = dataclasses.field(default_factory=list)  # cumulative after each chunk
     done: bool = False
+    peer_port: int = 0  # the client's source port: equal ports = one reused connection
+
+
+def _peer_port(request: web.Request) -> int:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return int(peer[1]) if peer else 0
 
 
 class _App:
@@ -103,6 +110,7 @@ class _App:
         self.app.router.add_get("/metrics", self.metrics)
         self.app.router.add_get("/health", self.health)
         self.app.router.add_get("/fake/log", self.get_log)
+        self.app.router.add_delete("/fake/log", self.clear_log)
 
     def set_behaviour(self, behaviour: FakeBehaviour) -> None:
         self.behaviour = behaviour
@@ -149,6 +157,10 @@ class _App:
     async def get_log(self, request: web.Request) -> web.Response:
         return web.json_response([dataclasses.asdict(e) for e in self.log])
 
+    async def clear_log(self, request: web.Request) -> web.Response:
+        self.log = []
+        return web.Response(text="cleared")
+
     def _schedule(self, max_new: int) -> list[int]:
         """Tokens added by each chunk."""
         b = self.behaviour
@@ -187,11 +199,13 @@ class _App:
                 await asyncio.sleep(b.stall_s)
             total += n
             last = i == len(sched) - 1
+            data = chunk_fn(total, n, last, len(sched) - 1)
+            sent = time.perf_counter()  # stamped before the write: a client never sees it earlier
             try:
-                await resp.write(chunk_fn(total, n, last, len(sched) - 1))
+                await resp.write(data)
             except (ConnectionError, RuntimeError):
                 return resp
-            em.emit_s.append(time.perf_counter())
+            em.emit_s.append(sent)
             em.tokens.append(total)
         try:
             for data in final_fn(total):
@@ -217,7 +231,7 @@ class _App:
             )
         prompt = body.get("text") or ""
         max_new = int(sp.get("max_new_tokens", 128))
-        em = Emission("generate", recv, prompt, max_new)
+        em = Emission("generate", recv, prompt, max_new, peer_port=_peer_port(request))
         self.log.append(em)
         b = self.behaviour
         ptoks = b.prompt_tokens if b.prompt_tokens is not None else len(prompt.split())
@@ -267,7 +281,7 @@ class _App:
             )
         prompt = body.get("prompt") or ""
         max_new = int(body.get("max_tokens", 16))
-        em = Emission("completions", recv, prompt, max_new)
+        em = Emission("completions", recv, prompt, max_new, peer_port=_peer_port(request))
         self.log.append(em)
         b = self.behaviour
         ptoks = b.prompt_tokens if b.prompt_tokens is not None else len(prompt.split())

@@ -76,8 +76,11 @@ class BenchPlan:
 
     Attributes:
         scenarios: measured one after another, in order.
-        warmup: warm-up requests per scenario (``run == -1`` in the records), sent at the
-            scenario's concurrency after the flush; they never count in statistics.
+        warmup: warm-up requests per scenario (``run == -1`` in the records), sent after the
+            flush; they never count in statistics. At concurrency > 1 the warm-up sends at
+            least ``concurrency`` requests at that concurrency (when ``warmup > 0``), so every
+            connection of the pool is open and the server has run that batch size before the
+            first measured run (otherwise connection set-up skews the first run's start).
         repeats: measured runs per scenario.
         endpoint: ``"generate"`` (SGLang's native ``/generate``, cumulative chunks) or
             ``"completions"`` (``/v1/completions``, delta chunks plus usage).

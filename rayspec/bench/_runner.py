@@ -245,7 +245,11 @@ async def arun_benchmark(
                 await flush_cache(client.http)
             runs = ([-1] if plan.warmup else []) + list(range(plan.repeats))
             for run in runs:
-                n = plan.warmup if run < 0 else scenario.requests_per_run
+                n = scenario.requests_per_run
+                if run < 0:
+                    n = plan.warmup if scenario.concurrency == 1 else max(
+                        plan.warmup, scenario.concurrency
+                    )
                 if run >= 0 and plan.flush_between_runs:
                     await flush_cache(client.http)
                 report = await _one_run(client, plan, scenario, run, n)

@@ -61,6 +61,8 @@ def test_field_protocol_shape(fake_server: FakeSGLangServer) -> None:
         assert report.wall_s > 0 and report.client_cpu_s >= 0
     stats = summarize(result.records, "c1")
     assert stats["runs"] == 3.0 and stats["accept_length"] == pytest.approx(30 / 19)
+    # One keep-alive connection serves every request (a response left unread would close it).
+    assert len({e.peer_port for e in fake_server.log}) == 1
 
 
 def test_closed_loop_concurrency(fake_server: FakeSGLangServer) -> None:
@@ -76,6 +78,19 @@ def test_closed_loop_concurrency(fake_server: FakeSGLangServer) -> None:
     assert all(r.ok and r.concurrency == 4 for r in records)
     assert _max_overlap(fake_server) == 4
     assert fake_server.flush_calls == 0
+    assert len({e.peer_port for e in fake_server.log}) == 4  # 4 connections, each reused
+
+
+def test_warmup_opens_every_connection(fake_server: FakeSGLangServer) -> None:
+    fake_server.set_behaviour(FAST)
+    plan = BenchPlan(
+        scenarios=(Scenario("c3", concurrency=3, requests_per_run=3, max_tokens=4),), repeats=1
+    )
+    records = run_benchmark(fake_server.base_url, plan)
+    assert [r.run for r in records].count(-1) == 3
+    warm_ports = {e.peer_port for e in fake_server.log[:3]}
+    assert len(warm_ports) == 3
+    assert {e.peer_port for e in fake_server.log[3:]} == warm_ports
 
 
 def test_poisson_arrivals(fake_server: FakeSGLangServer) -> None:
@@ -88,9 +103,9 @@ def test_poisson_arrivals(fake_server: FakeSGLangServer) -> None:
         repeats=1,
     )
     records = run_benchmark(fake_server.base_url, plan)
-    assert len(records) == 7 and all(r.ok for r in records)
+    assert len(records) == 2 + 6 and all(r.ok for r in records)  # 2 warm-ups at concurrency 2
     assert _max_overlap(fake_server) <= 2
-    measured = sorted(e.recv_s for e in fake_server.log[1:])
+    measured = sorted(e.recv_s for e in fake_server.log[2:])
     assert measured[-1] - measured[0] > 0.005  # arrivals are spread, not a burst
 
 
