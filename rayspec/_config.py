@@ -115,7 +115,7 @@ class StudyConfig:
     # The objective: a per-trial metric of one scenario ("" = the first), maximised.
     objective: str = "tok_s_mean"
     objective_scenario: str = ""
-    # Stop a trial after a run once it cannot beat the incumbent (one-sided 95 % bound).
+    # Stop a trial after a run once it cannot beat the incumbent (one-sided 99 % bound).
     pruning: bool = True
     prune_min_runs: int = 1
     # Significance level of the comparisons against the baseline and the incumbent.

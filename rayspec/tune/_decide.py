@@ -46,13 +46,12 @@ def _std(values: Sequence[float]) -> float:
     return float(x.std(ddof=1)) if x.size >= 2 else math.nan
 
 
-def cannot_beat(
-    runs: Sequence[float], incumbent: Sequence[float], *, min_runs: int = 1
-) -> bool:
+def cannot_beat(runs: Sequence[float], incumbent: Sequence[float], *, min_runs: int = 1) -> bool:
     """Whether a trial with ``runs`` so far cannot beat the incumbent (prune it).
 
-    The rule is a one-sided 95 % bound: prune when
-    ``mean(runs) + t(0.95, df) * s / sqrt(n) < mean(incumbent)``, where ``s`` is the larger of
+    The rule is a one-sided 99 % bound (conservative: a pruned trial is never measured again):
+    prune when ``mean(runs) + t(0.99, df) * s / sqrt(n) < mean(incumbent)``, where ``s`` is the
+    larger of
     the trial's and the incumbent's run-to-run standard deviation (a trial with one run has none
     of its own) and ``df`` the degrees of freedom that estimate came from. Without an incumbent
     with at least two runs nothing is pruned.
@@ -66,7 +65,7 @@ def cannot_beat(
         s, df = s_own, len(x) - 1
     else:
         s, df = s_inc, len(inc) - 1
-    upper = float(np.mean(x)) + t_ppf(0.95, df) * s / math.sqrt(len(x))
+    upper = float(np.mean(x)) + t_ppf(0.99, df) * s / math.sqrt(len(x))
     return upper < float(np.mean(inc))
 
 
