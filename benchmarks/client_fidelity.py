@@ -78,14 +78,20 @@ def stop(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-def fake_case(name: str, fake_args: list[str], concurrency: int, max_tokens: int, runs: int) -> Row:
+def fake_case(
+    name: str, fake_args: list[str], concurrency: int, max_tokens: int, runs: int
+) -> Row:
     proc, url = start_fake(*fake_args)
     try:
         httpx.delete(url + "/fake/log", trust_env=False)
         plan = BenchPlan(
             scenarios=(
-                Scenario(name, concurrency=concurrency, requests_per_run=concurrency,
-                         max_tokens=max_tokens),
+                Scenario(
+                    name,
+                    concurrency=concurrency,
+                    requests_per_run=concurrency,
+                    max_tokens=max_tokens,
+                ),
             ),
             warmup=1,
             repeats=runs,
@@ -176,26 +182,47 @@ def run_twin(quick: bool) -> list[Row]:
         print(f"(twin not available: {exc})")
         return []
     args = [
-        "--tp-size", "8",
-        "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "drafter",
-        "--speculative-num-steps", "2",
-        "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", "3",
-        "--twin-seed", "1",
+        "--tp-size",
+        "8",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "drafter",
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "3",
+        "--twin-seed",
+        "1",
     ]
     tuned = {
-        "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-        "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512",
+        "NCCL_PROTO": "LL",
+        "NCCL_ALGO": "Ring",
+        "NCCL_P2P_LEVEL": "SYS",
+        "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_BUFFSIZE": "16777216",
+        "NCCL_NTHREADS": "512",
     }
     rows = []
     try:
         with TwinProcess(args, env=tuned) as twin:
             twin.wait_ready(60)
-            rows.append(twin_case(twin.base_url, "c1 EAGLE3 2 steps", 1,
-                                  100 if quick else 500, 3 if quick else 5))
-            rows.append(twin_case(twin.base_url, "c64 EAGLE3 2 steps", 64,
-                                  50 if quick else 200, 2 if quick else 3))
+            rows.append(
+                twin_case(
+                    twin.base_url, "c1 EAGLE3 2 steps", 1, 100 if quick else 500, 3 if quick else 5
+                )
+            )
+            rows.append(
+                twin_case(
+                    twin.base_url,
+                    "c64 EAGLE3 2 steps",
+                    64,
+                    50 if quick else 200,
+                    2 if quick else 3,
+                )
+            )
     except Exception as exc:  # a benchmark script: report and carry on with the rest
         print(f"(twin case failed: {type(exc).__name__}: {exc})")
     return rows
@@ -205,9 +232,7 @@ async def _capacity(url: str, streams: int, max_tokens: int) -> tuple[int, int, 
     async with StreamClient(url, max_streams=streams) as client:
         await client.stream("warm", 4)
         cpu0, w0 = time.process_time(), time.perf_counter()
-        res = await asyncio.gather(
-            *(client.stream(f"p{i}", max_tokens) for i in range(streams))
-        )
+        res = await asyncio.gather(*(client.stream(f"p{i}", max_tokens) for i in range(streams)))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - w0
     return sum(r.completion_tokens for r in res), sum(r.chunks for r in res), cpu, wall
 
@@ -232,30 +257,51 @@ def main() -> None:
     print(f"client fidelity on {os.cpu_count()} cores, python {sys.version.split()[0]}")
     rows = [
         fake_case("c1 1 tok/chunk @10ms", ["--gap-ms", "10"], 1, n500, runs),
-        fake_case("c1 2,1,3 tok/chunk @20ms", ["--gap-ms", "20", "--pattern", "2,1,3"], 1,
-                  n500, runs),
+        fake_case(
+            "c1 2,1,3 tok/chunk @20ms", ["--gap-ms", "20", "--pattern", "2,1,3"], 1, n500, runs
+        ),
         fake_case("c64 1 tok/chunk @10ms", ["--gap-ms", "10"], 64, n500, 2 if args.quick else 3),
     ]
     if not args.no_twin:
         rows += run_twin(args.quick)
-    head = (f"{'case':34} {'runs':>4} {'client tok/s':>12} {'truth tok/s':>11} "
-            f"{'err % mean':>10} {'|err| % max':>11} {'TTFT ms':>8} {'truth':>6} {'cpu %':>6}")
+    head = (
+        f"{'case':34} {'runs':>4} {'client tok/s':>12} {'truth tok/s':>11} "
+        f"{'err % mean':>10} {'|err| % max':>11} {'TTFT ms':>8} {'truth':>6} {'cpu %':>6}"
+    )
     print("\n" + head + "\n" + "-" * len(head))
     for r in rows:
-        print(f"{r.case:34} {r.runs:>4} {r.client_tok_s:>12.1f} {r.truth_tok_s:>11.1f} "
-              f"{r.err_pct_mean:>+10.2f} {r.err_pct_max:>11.2f} {r.client_ttft_ms:>8.1f} "
-              f"{r.truth_ttft_ms:>6.1f} {r.cpu_pct:>6.1f}")
+        print(
+            f"{r.case:34} {r.runs:>4} {r.client_tok_s:>12.1f} {r.truth_tok_s:>11.1f} "
+            f"{r.err_pct_mean:>+10.2f} {r.err_pct_max:>11.2f} {r.client_ttft_ms:>8.1f} "
+            f"{r.truth_ttft_ms:>6.1f} {r.cpu_pct:>6.1f}"
+        )
     caps = [capacity("1", 64, 500), capacity("2", 64, 500)]
     print("\nclient capacity (unpaced fake, 64 streams x 500 tokens, cumulative /generate chunks)")
     for pattern, tok, ev, cpu_pct in caps:
         verdict = "OK" if tok >= 10_000 else "BELOW GOAL"
-        print(f"  {pattern} tok/chunk: {tok:>8.0f} tok per client CPU-second "
-              f"({ev:.0f} chunks/s; client at {cpu_pct:.0f} % of a core) goal 10,000: {verdict}")
+        print(
+            f"  {pattern} tok/chunk: {tok:>8.0f} tok per client CPU-second "
+            f"({ev:.0f} chunks/s; client at {cpu_pct:.0f} % of a core) goal 10,000: {verdict}"
+        )
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"rows": [r.__dict__ for r in rows],
-                       "capacity": [dict(zip(("pattern", "tok_per_cpu_s", "chunks_per_cpu_s",
-                                              "cpu_pct"), c)) for c in caps]}, fh, indent=1)
+            json.dump(
+                {
+                    "rows": [r.__dict__ for r in rows],
+                    "capacity": [
+                        dict(
+                            zip(
+                                ("pattern", "tok_per_cpu_s", "chunks_per_cpu_s", "cpu_pct"),
+                                c,
+                                strict=True,
+                            )
+                        )
+                        for c in caps
+                    ],
+                },
+                fh,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ class BenchWorker:
         return self._stop.is_set()
 
     def run_detailed(self, base_url: str, plan: BenchPlan) -> BenchResult:
-        """Run ``plan`` against ``base_url`` (see :func:`~rayspec.bench.run_benchmark_detailed`)."""
+        """Run ``plan`` against ``base_url``; see :func:`~rayspec.bench.run_benchmark_detailed`."""
         with self._lock:
             self._reports = []
         self._stop.clear()
@@ -67,7 +67,7 @@ class BenchWorker:
     def environment(self) -> dict[str, str]:
         """Where the actor runs: node IP, pid and its ``CUDA_VISIBLE_DEVICES``."""
         return {
-            "node_ip": ray.util.get_node_ip_address(),
+            "node_ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
             "pid": str(os.getpid()),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
         }
@@ -81,4 +81,6 @@ class BenchWorker:
 #:
 #:     actor = BenchActor.remote()
 #:     records = ray.get(actor.run.remote("http://127.0.0.1:30000", BenchPlan()))
-BenchActor = ray.remote(num_cpus=1, num_gpus=0, max_concurrency=4)(BenchWorker)
+BenchActor = ray.remote(num_cpus=1, num_gpus=0, max_concurrency=4)(  # type: ignore[call-overload]
+    BenchWorker
+)

@@ -316,7 +316,7 @@ class StreamClient:
         except BenchError as exc:
             raise _Partial(exc, tl, time.perf_counter(), exc.__cause__) from exc
         except httpx.ReadTimeout as exc:
-            err = StreamStalled(
+            err: BenchError = StreamStalled(
                 f"no chunk for {self.read_timeout_s:g} s after {tl.tokens} tokens "
                 f"(POST {path} stalled)"
             )

@@ -123,7 +123,9 @@ class _App:
         self.flush_calls += 1
         if self._busy_left > 0:
             self._busy_left -= 1
-            return web.Response(status=400, text="Cache not flushed because there are pending requests.")
+            return web.Response(
+                status=400, text="Cache not flushed because there are pending requests."
+            )
         return web.Response(text="Cache flushed.\nPlease check backend logs for more details.")
 
     def _accept_length(self) -> float | None:
@@ -241,9 +243,15 @@ class _App:
             em.tokens.append(max_new)
             em.done = True
             return web.json_response(
-                {"text": "x " * max_new, "output_ids": list(range(max_new)),
-                 "meta_info": {"prompt_tokens": ptoks, "completion_tokens": max_new,
-                               "finish_reason": {"type": "length", "length": max_new}}}
+                {
+                    "text": "x " * max_new,
+                    "output_ids": list(range(max_new)),
+                    "meta_info": {
+                        "prompt_tokens": ptoks,
+                        "completion_tokens": max_new,
+                        "finish_reason": {"type": "length", "length": max_new},
+                    },
+                }
             )
         text_parts: list[str] = []
         ids: list[str] = []
@@ -265,8 +273,12 @@ class _App:
                     meta["spec_verify_ct"] = cycles
                     meta["spec_accept_length"] = total / cycles
             return (
-                b'data: {"text":"' + "".join(text_parts).encode() + b'","output_ids":['
-                + ",".join(ids).encode() + b'],"meta_info":' + json.dumps(meta).encode()
+                b'data: {"text":"'
+                + "".join(text_parts).encode()
+                + b'","output_ids":['
+                + ",".join(ids).encode()
+                + b'],"meta_info":'
+                + json.dumps(meta).encode()
                 + b"}\n\n"
             )
 
@@ -288,25 +300,34 @@ class _App:
         continuous = bool((body.get("stream_options") or {}).get("continuous_usage_stats"))
 
         def usage(total: int) -> dict[str, int]:
-            return {"prompt_tokens": ptoks, "completion_tokens": total,
-                    "total_tokens": ptoks + total}
+            return {
+                "prompt_tokens": ptoks,
+                "completion_tokens": total,
+                "total_tokens": ptoks + total,
+            }
 
         def chunk(total: int, n: int, last: bool, cycles: int) -> bytes:
             obj: dict[str, Any] = {
-                "id": "fake", "object": "text_completion", "model": "fake",
-                "choices": [{"index": 0, "text": " tok" * n,
-                             "finish_reason": "length" if last else None}],
+                "id": "fake",
+                "object": "text_completion",
+                "model": "fake",
+                "choices": [
+                    {"index": 0, "text": " tok" * n, "finish_reason": "length" if last else None}
+                ],
             }
             if continuous:
                 obj["usage"] = usage(total)
             if last and b.spec and cycles > 0 and body.get("return_spec_tokens_details"):
-                obj["sglext"] = {"spec_tokens_details": {"spec_verify_ct": cycles,
-                                                         "spec_accept_length": total / cycles}}
+                obj["sglext"] = {
+                    "spec_tokens_details": {
+                        "spec_verify_ct": cycles,
+                        "spec_accept_length": total / cycles,
+                    }
+                }
             return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
         def final(total: int) -> list[bytes]:
-            obj = {"id": "fake", "object": "text_completion", "choices": [],
-                   "usage": usage(total)}
+            obj = {"id": "fake", "object": "text_completion", "choices": [], "usage": usage(total)}
             return [b"data: " + json.dumps(obj).encode() + b"\n\n"]
 
         return await self._paced(request, em, chunk, final)
@@ -342,6 +363,7 @@ class FakeSGLangServer:
 
     def set_behaviour(self, behaviour: FakeBehaviour) -> None:
         """Replace the behaviour (and clear the log) before the next requests."""
+
         async def apply() -> None:
             self._app.set_behaviour(behaviour)
             self._app.log = []

@@ -53,7 +53,11 @@ class Scenario:
             if rng is None:
                 continue
             rng = tuple(rng)
-            if len(rng) != 2 or not all(isinstance(v, int) for v in rng) or not 1 <= rng[0] <= rng[1]:
+            if (
+                len(rng) != 2
+                or not all(isinstance(v, int) for v in rng)
+                or not 1 <= rng[0] <= rng[1]
+            ):
                 raise ConfigError(
                     f"Scenario.{key}={rng!r}: expected (low, high) integers with 1 <= low <= high"
                 )

@@ -89,9 +89,9 @@ class BenchResult:
         return first_failure(self.records)
 
 
-def first_failure(records: tuple[RequestRecord, ...] | list[RequestRecord]) -> (
-    tuple[FailureReason, str] | None
-):
+def first_failure(
+    records: tuple[RequestRecord, ...] | list[RequestRecord],
+) -> tuple[FailureReason, str] | None:
     """The class and text of the first failed request, preferring crashes and stalls.
 
     A crash or stall explains the other failures of its run, so it is reported first.
@@ -247,8 +247,10 @@ async def arun_benchmark(
             for run in runs:
                 n = scenario.requests_per_run
                 if run < 0:
-                    n = plan.warmup if scenario.concurrency == 1 else max(
-                        plan.warmup, scenario.concurrency
+                    n = (
+                        plan.warmup
+                        if scenario.concurrency == 1
+                        else max(plan.warmup, scenario.concurrency)
                     )
                 if run >= 0 and plan.flush_between_runs:
                     await flush_cache(client.http)
@@ -293,7 +295,8 @@ def run_benchmark_detailed(
         BenchError: ``/flush_cache`` failed (unreachable server, or busy for 10 s).
 
     Example:
-        >>> result = run_benchmark_detailed("http://127.0.0.1:30000", BenchPlan())  # doctest: +SKIP
+        >>> url = "http://127.0.0.1:30000"
+        >>> result = run_benchmark_detailed(url, BenchPlan())  # doctest: +SKIP
         >>> [round(r.tok_s, 1) for r in result.runs if r.run >= 0]  # doctest: +SKIP
         [94.1, 95.3, 93.8, 96.9, 94.0]
     """

@@ -92,9 +92,7 @@ def summarize(records: Iterable[RequestRecord], scenario: str | None = None) -> 
         >>> summarize([])["runs"]
         0.0
     """
-    measured = [
-        r for r in records if r.run >= 0 and (scenario is None or r.scenario == scenario)
-    ]
+    measured = [r for r in records if r.run >= 0 and (scenario is None or r.scenario == scenario)]
     ok = [r for r in measured if r.ok]
     per_run = [v for v in per_run_tok_s(measured).values() if math.isfinite(v)]
     x = np.asarray(per_run, dtype=float)

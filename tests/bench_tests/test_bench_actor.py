@@ -30,8 +30,10 @@ def test_bench_actor_runs_a_plan(ray_cluster: None, fake_server: FakeSGLangServe
     try:
         env = ray.get(actor.environment.remote(), timeout=60)
         assert env["cuda_visible_devices"] == ""
-        plan = BenchPlan(scenarios=(Scenario("c2", concurrency=2, requests_per_run=4, max_tokens=10),),
-                         repeats=2)
+        plan = BenchPlan(
+            scenarios=(Scenario("c2", concurrency=2, requests_per_run=4, max_tokens=10),),
+            repeats=2,
+        )
         records = ray.get(actor.run.remote(fake_server.base_url, plan), timeout=60)
         assert len(records) == 2 + 2 * 4  # warm-up at concurrency 2: 2 requests
         assert all(isinstance(r, RequestRecord) and r.ok for r in records)

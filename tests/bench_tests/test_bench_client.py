@@ -180,8 +180,11 @@ def test_generate_chunk_fast_parse() -> None:
     from rayspec.bench._client import _parse_generate_chunk
 
     meta = {"completion_tokens": 3, "finish_reason": None, "prompt_tokens": 4}
-    tricky = {"text": 'He said "meta_info": {"completion_tokens": 99}', "output_ids": [1, 2, 3],
-              "meta_info": meta}
+    tricky = {
+        "text": 'He said "meta_info": {"completion_tokens": 99}',
+        "output_ids": [1, 2, 3],
+        "meta_info": meta,
+    }
     for dumps in (json.dumps, lambda o: json.dumps(o, separators=(",", ":"))):
         assert _parse_generate_chunk(dumps(tricky).encode())["meta_info"] == meta
     # meta_info first, then the cumulative fields: still only the real key matches.

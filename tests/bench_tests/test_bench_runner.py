@@ -41,7 +41,9 @@ def _max_overlap(server: FakeSGLangServer) -> int:
 
 
 def test_field_protocol_shape(fake_server: FakeSGLangServer) -> None:
-    fake_server.set_behaviour(FakeBehaviour(ttft_s=0.005, gap_s=0.002, pattern=(2, 1), flush_busy=2))
+    fake_server.set_behaviour(
+        FakeBehaviour(ttft_s=0.005, gap_s=0.002, pattern=(2, 1), flush_busy=2)
+    )
     plan = BenchPlan.field_protocol(scenarios=(Scenario("c1", max_tokens=30),), repeats=3)
     seen: list[RunReport] = []
     result = run_benchmark_detailed(fake_server.base_url, plan, on_run_done=seen.append)
@@ -111,7 +113,9 @@ def test_poisson_arrivals(fake_server: FakeSGLangServer) -> None:
 
 def test_completions_endpoint(fake_server: FakeSGLangServer) -> None:
     fake_server.set_behaviour(FAST)
-    plan = BenchPlan(scenarios=(Scenario("oai", max_tokens=12),), repeats=2, endpoint="completions")
+    plan = BenchPlan(
+        scenarios=(Scenario("oai", max_tokens=12),), repeats=2, endpoint="completions"
+    )
     records = run_benchmark(fake_server.base_url, plan)
     assert all(r.ok and r.completion_tokens == 12 and r.spec_verify_ct for r in records)
     assert {e.endpoint for e in fake_server.log} == {"completions"}
@@ -199,6 +203,6 @@ def test_parse_metrics() -> None:
         "sglang:e2e_request_latency_seconds_sum 4.5\n"
         "sglang:num_running_reqs 2\n"
         "python_gc_objects_collected_total 10\n"
-        "sglang:broken{a=\"b\"} nan-ish\n"
+        'sglang:broken{a="b"} nan-ish\n'
     )
     assert parse_metrics(text) == {"sglang:gen_throughput": 95.5, "sglang:num_running_reqs": 2.0}

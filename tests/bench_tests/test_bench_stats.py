@@ -123,7 +123,9 @@ def test_summarize_against_hand_values() -> None:
     assert s["tok_s_mean"] == pytest.approx(110.0)
     assert s["tok_s_std"] == pytest.approx(10.0)
     assert s["tok_s_cv"] == pytest.approx(10.0 / 110.0)
-    assert (s["tok_s_min"], s["tok_s_max"], s["tok_s_peak"]) == pytest.approx((100.0, 120.0, 120.0))
+    assert (s["tok_s_min"], s["tok_s_max"], s["tok_s_peak"]) == pytest.approx(
+        (100.0, 120.0, 120.0)
+    )
     half = 4.302652730 * 10.0 / math.sqrt(3)
     assert s["tok_s_ci95_low"] == pytest.approx(110.0 - half)
     assert s["tok_s_ci95_high"] == pytest.approx(110.0 + half)
