@@ -102,6 +102,7 @@ def _run(cfg: ExperimentConfig) -> int:
     from rayspec.tune._cluster import connect
     from rayspec.tune._cluster import disconnect
     from rayspec.tune._driver import run_study
+    from rayspec.tune._report import deploy_warnings
     from rayspec.tune._report import format_table
     from rayspec.tune._report import write_best
 
@@ -141,6 +142,8 @@ def _run(cfg: ExperimentConfig) -> int:
         print(report.pick_note)
     if paths:
         print(f"best: trial {report.best.trial}: {report.best.label}")
+        for note in deploy_warnings(report.best):
+            print(f"  warning: {note}")
         print(f"  launch it:  {paths[1]}")
         print(f"  details:    {paths[0]}")
     print(f"  trials:     {os.path.join(cfg.out_dir, 'trials')}/ (Parquet, one file per trial)")

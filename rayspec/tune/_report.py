@@ -170,6 +170,19 @@ def _vs(row: Row, baseline: Row | None) -> str:
     return text
 
 
+def deploy_warnings(row: Row) -> list[str]:
+    """Risks of deploying ``row`` that its speed does not show."""
+    notes = []
+    proto = row.candidate.env.get("NCCL_PROTO", "")
+    if "ll128" in proto.lower() and not proto.startswith("^"):
+        notes.append(
+            "NCCL_PROTO lists LL128: NCCL honours it on PCIe although LL128 relies on 128-byte "
+            "store ordering it only assumes on NVLink (silent corruption reported in NVIDIA/nccl "
+            "PR #2053). On a PCIe node, prefer the fastest configuration without LL128."
+        )
+    return notes
+
+
 def format_table(report: StudyReport, limit: int = 10) -> str:
     """The field table's form: config, tok/s mean, peak, vs baseline; best first."""
     shown = list(report.rows[:limit])

@@ -260,7 +260,7 @@ def _result(
     if failure is not None:
         reason, text = failure
         if reason is not FailureReason.STALLED_STREAM and not _alive(server):
-            reason = FailureReason.CRASH_MID_BENCHMARK
+            reason = _death_reason(server)
         return failed_result(
             number, candidate, reason, f"a request failed: {text}"[:2000], launch=launch,
             start=start, log_tail=_log_tail(server), requests=records, node=node_ip,
@@ -305,6 +305,18 @@ def _result(
         server_info=json.dumps(info, default=str)[:20000],
         node=node_ip,
     )
+
+
+def _death_reason(server: Any) -> FailureReason:
+    """Why a server that died while serving died, from its log (e.g. OOM, an invalid tree)."""
+    try:
+        ray.get(server.raise_if_dead.remote(), timeout=10)
+    except LaunchError as exc:
+        if exc.reason not in (FailureReason.UNKNOWN, FailureReason.STARTUP_CRASH):
+            return exc.reason
+    except (ray.exceptions.RayError, TimeoutError):
+        pass
+    return FailureReason.CRASH_MID_BENCHMARK
 
 
 def _alive(server: Any) -> bool:
