@@ -222,7 +222,9 @@ class _Startup:
 
         # The HTTP port is bound first: /health answers 503 until the ready line.
         server = self._make_server()
-        runner = web.AppRunner(server.make_app(), access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            server.make_app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
+        )
         await runner.setup()
         site = web.TCPSite(runner, ns.host, ns.port)
         try:
