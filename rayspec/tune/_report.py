@@ -61,6 +61,7 @@ class StudyReport:
     pick_note: str = ""  # why best is not the fastest, when it is not
     best_per_scenario: tuple[tuple[str, Row], ...] = ()
     bench_s_saved: float = 0.0
+    reused: int = 0  # trials that repeated a measured configuration (not launched again)
 
 
 def _f(value: Any) -> float:
@@ -147,13 +148,15 @@ def build_report(
         if ranked:
             per_scenario.append((sc, max(ranked, key=lambda r: r.per_scenario[i][1])))
     saved = sum(_f(r.get("bench_s_saved")) for r in trial_rows if r["state"] == "PRUNED")
+    reused = sum(1 for r in trial_rows if r.get("note"))
     return StudyReport(
         rows=tuple(ok),
         baseline=baseline,
         best=best,
         failed=sum(r.state == "FAIL" for r in rows),
         pruned=sum(r.state == "PRUNED" for r in rows),
-        total=len(rows),
+        total=len(rows) + reused,
+        reused=reused,
         fastest=fastest,
         pick_note=note,
         best_per_scenario=tuple(per_scenario),
