@@ -459,7 +459,9 @@ class TwinServer:
             await resp.write(b"data: [DONE]\n\n")
         except EngineDead:
             return await self._die_forever()
-        except (asyncio.CancelledError, ConnectionError):
+        except ConnectionError:  # the client went away: drop its requests quietly
+            self._abort_all(reqs)
+        except asyncio.CancelledError:
             self._abort_all(reqs)
             raise
         return resp
@@ -611,7 +613,9 @@ class TwinServer:
             await resp.write(b"data: [DONE]\n\n")
         except EngineDead:
             return await self._die_forever()
-        except (asyncio.CancelledError, ConnectionError):
+        except ConnectionError:  # the client went away: drop its request quietly
+            self.engine.abort(req)
+        except asyncio.CancelledError:
             self.engine.abort(req)
             raise
         return resp

@@ -219,3 +219,19 @@ def test_metrics_absent_without_flag(start_twin) -> None:  # type: ignore[no-unt
     assert httpx.get(plain.base_url + "/ready").status_code == 404  # /ready is >= 0.5.20
     body = {"text": "x", "sampling_params": {"max_new_tokens": 2, "bogus": 1}}
     assert httpx.post(plain.base_url + "/generate", json=body).status_code == 200  # < 0.5.22
+
+
+def test_client_disconnect_is_quiet_and_frees_the_slot(twin: TwinProcess) -> None:
+    body = {"text": "leave early", "sampling_params": {"max_new_tokens": 400}, "stream": True}
+    with httpx.stream("POST", twin.base_url + "/generate", json=body, timeout=30) as resp:
+        for i, _ in enumerate(resp.iter_lines()):
+            if i >= 4:
+                break  # close the connection mid-stream
+    c = httpx.Client(base_url=twin.base_url, timeout=30)
+    out = c.post("/generate", json={"text": "x", "sampling_params": {"max_new_tokens": 3}})
+    assert out.json()["meta_info"]["completion_tokens"] == 3
+    deadline = time.monotonic() + 10
+    while c.post("/flush_cache").status_code != 200:  # the dropped request left the batch
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert "Traceback" not in twin.log().split("ready to roll!")[1]
