@@ -288,6 +288,7 @@ class _Startup:
             self._crash(self._nccl_exception(exc), during_init=True)
             return
         self._report_nccl(nccl)
+        server.twin_info.update({"nccl": nccl.describe(), "nccl_ll128_risk": nccl.ll128_risk})
         log.scheduler("Init torch distributed ends. mem usage=0.76 GB")
         await self._at(0.15)
         if faults.crash_startup:

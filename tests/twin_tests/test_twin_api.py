@@ -66,6 +66,8 @@ def test_status_endpoints(twin: TwinProcess) -> None:
     assert "last_gen_throughput" in state and "step_time_dict" in state
     assert state["speculative_eagle_topk"] == 1
     assert server["rayspec_twin"]["engine"] == "twin"
+    assert "Ring/LL" in server["rayspec_twin"]["nccl"]
+    assert server["rayspec_twin"]["nccl_ll128_risk"] is False
     assert c.get("/get_server_info").json()["tp_size"] == 8
 
 
