@@ -196,7 +196,10 @@ class _ProcessBackend(BaseServerBackend):
                 try:
                     probe_timeout = min(_PROBE_TIMEOUT_S, max(remaining, 0.1))
                     response = client.get("/health_generate", timeout=probe_timeout)
-                    if response.status_code == 200:
+                    # A 200 from another process on our port is not our server being ready.
+                    if response.status_code == 200 and (
+                        _process.owns_listener(info, launch.port) is not False
+                    ):
                         break
                 except httpx.TransportError:
                     pass  # not listening yet, or the probe timed out: check again

@@ -311,3 +311,48 @@ def stop_process(info: ProcessInfo, timeout_s: float = 20.0) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes listening on TCP ``port`` (IPv4 and IPv6), from /proc/net."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                next(fh, None)  # header
+                for line in fh:
+                    fields = line.split()
+                    # local_address is HEXIP:HEXPORT; state 0A is LISTEN.
+                    if len(fields) > 9 and fields[3] == "0A":
+                        if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                            inodes.add(fields[9])
+        except OSError:
+            continue
+    return inodes
+
+
+def owns_listener(info: ProcessInfo, port: int) -> bool | None:
+    """Whether the server's process tree holds the socket listening on ``port``.
+
+    A readiness probe answered by some other process on the same port (a server left by
+    someone else, a second study on the same ports) must not count as our server being ready.
+
+    Returns:
+        True or False; None when it cannot be told (no listener visible in /proc/net).
+    """
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for pid in process_tree(info.server_pid):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                    return True
+            except OSError:
+                continue
+    return False
