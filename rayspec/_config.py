@@ -563,9 +563,3 @@ def _validate_space(cfg: ExperimentConfig) -> None:
         for value in choices:
             if not value or any(c in value for c in "\n\0"):
                 raise _fail(f"search.nccl.{name}", f"choice {value!r} is not a usable value")
-
-
-def to_plain(cfg: ExperimentConfig) -> dict[str, Any]:
-    """The config as plain Python containers (enums as their values)."""
-    raw = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
-    return dict(raw) if isinstance(raw, dict) else {}

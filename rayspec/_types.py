@@ -56,7 +56,8 @@ class Candidate:
 
     def label(self) -> str:
         spec = self.spec.label() if self.spec else "no speculation"
-        nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in self.nccl_env) or "NCCL default"
+        nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in self.nccl_env)
+        nccl = nccl or "NCCL default"
         flags = " " + " ".join(self.flags) if self.flags else ""
         return f"{spec}; {nccl}{flags}"
 

@@ -53,10 +53,9 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    quiet = {"logging_level": logging.WARNING, "log_to_driver": False}
     tp = cfg.server.tp_size
     if cl.address:
-        ctx = ray.init(address=cl.address, **quiet)
+        ctx = ray.init(address=cl.address, logging_level=logging.WARNING, log_to_driver=False)
     else:
         num_gpus = cl.num_gpus
         if num_gpus is None and cfg.server.engine is Engine.twin:
@@ -68,9 +67,10 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
             include_dashboard=cl.include_dashboard,
             dashboard_host=cl.dashboard_host,
             dashboard_port=cl.dashboard_port,
-            **quiet,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
         )
-    gpus = float(ray.cluster_resources().get("GPU", 0.0))
+    gpus = float(ray.cluster_resources().get("GPU", 0.0))  # type: ignore[no-untyped-call]
     capacity = int(gpus // tp)
     if capacity < 1:
         ray.shutdown()

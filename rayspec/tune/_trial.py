@@ -107,7 +107,7 @@ def failed_result(
 
 
 def _node_id_of_ip(ip: str) -> str | None:
-    for node in ray.nodes():
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
         if node.get("Alive") and node.get("NodeManagerAddress") == ip:
             return str(node["NodeID"])
     return None
@@ -155,7 +155,7 @@ def run_trial(
         strategy = (
             NodeAffinitySchedulingStrategy(node_id=node_id, soft=False) if node_id else "DEFAULT"
         )
-        bench = BenchActor.options(  # type: ignore[attr-defined]
+        bench = BenchActor.options(
             name=f"rayspec-bench-trial-{number}", scheduling_strategy=strategy
         ).remote()
         phase(number, "starting server")
@@ -281,8 +281,8 @@ def _result(
         metrics["bench_s_saved"] = float((planned - len(measured)) * mean_wall)
     else:
         metrics["bench_s_saved"] = 0.0
-    value = metrics.get(cfg.study.objective)
-    if value is None or not math.isfinite(value):
+    objective = metrics.get(cfg.study.objective)
+    if objective is None or not math.isfinite(objective):
         return failed_result(
             number, candidate, FailureReason.UNKNOWN, "no throughput could be computed",
             launch=launch, start=start, requests=records, node=node_ip,
@@ -290,7 +290,7 @@ def _result(
     return TrialResult(
         trial=number,
         state="PRUNED" if pruned else "COMPLETE",
-        value=None if pruned else float(value),
+        value=None if pruned else float(objective),
         candidate=candidate,
         launch=launch,
         metrics=metrics,
