@@ -4,6 +4,7 @@ import math
 import os
 
 import pyarrow.parquet as pq
+import pytest
 
 from rayspec import Candidate
 from rayspec import LaunchSpec
@@ -11,6 +12,7 @@ from rayspec import RequestRecord
 from rayspec import SpecSettings
 from rayspec import TrialResult
 from rayspec.store import ParquetTrialStore
+from rayspec.testing import TrialStoreTestCase
 
 LAUNCH = LaunchSpec(
     argv=("python", "-m", "sglang.launch_server", "--port", "30000"),
@@ -85,3 +87,9 @@ def test_empty_store(tmp_path) -> None:
     assert store.load_trials().num_rows == 0
     assert store.load_requests().num_rows == 0
     assert store.trial_numbers() == set()
+
+
+class TestParquetStoreContract(TrialStoreTestCase):
+    @pytest.fixture
+    def store(self, tmp_path) -> ParquetTrialStore:
+        return ParquetTrialStore(str(tmp_path))
