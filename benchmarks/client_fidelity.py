@@ -1,24 +1,32 @@
 """Client fidelity: does rayspec's benchmark client measure the server, not itself?
 
-Part 1 drives a paced fake SGLang server (``rayspec.bench._fake_server`` in a subprocess, whose
-emission times are logged with CLOCK_MONOTONIC stamps) and, when it starts, the digital twin
-(``python -m rayspec.twin.server``, whose ``meta_info.e2e_latency`` is its scheduled
-arrival-to-finish time), at concurrency 1 and 64. For every run it compares the client's
-output tok/s with the ground truth from the server-side schedule and prints the error.
+Part 1 drives a paced fake SGLang server (``rayspec.bench._fake_server`` in a subprocess; it
+logs every emission with a CLOCK_MONOTONIC stamp, the clock of ``time.perf_counter``) and, when
+it starts, the digital twin (``python -m rayspec.twin.server``; its ``meta_info.e2e_latency``
+is its scheduled arrival-to-finish time) at concurrency 1 and 64, with the bench package's
+``StreamClient``, and compares the client's output tok/s per run with the ground truth of the
+server-side schedule.
 
-Part 2 measures how many streamed tokens per second one client core sustains: an unpaced fake
-server streams 64 x 500 tokens and the client's ``time.process_time()`` is divided into the
-tokens it handled (goal: 10,000 tok/s per core).
+Part 2 measures how many streamed tokens one client core handles per second: an unpaced fake
+streams 64 x 500 tokens (cumulative /generate chunks) and the client's ``time.process_time()``
+is divided into the tokens (goal: 10,000 tok/s per core).
 
     python benchmarks/client_fidelity.py            # about 3 minutes
     python benchmarks/client_fidelity.py --quick    # shorter requests, about 1 minute
 
-Rules for the ground truth:
-- fake, concurrency 1: tokens / (last emission - request arrival) of the server log.
-- fake, concurrency 64: a run's tokens / (its last emission - its first arrival).
-- twin, concurrency 1: tokens / ``e2e_latency``.
-- twin, concurrency 64: a run's tokens / (max(send_i + e2e_latency_i) - min(send_i)); the
-  send time stands in for the arrival time (loopback transit is well under 1 ms).
+Client tok/s is the bench rule (:func:`rayspec.bench.run_tok_s`): concurrency 1 ``tokens /
+e2e``; concurrency > 1 a run's tokens / (last end - first send start). Ground truth:
+
+- fake: the same formulas on the server's log: c1 ``tokens / (last emission - arrival)``,
+  c64 ``tokens / (last emission - first arrival)``.
+- twin: c1 ``tokens / e2e_latency``; c64 ``tokens / max(sent_i + e2e_latency_i) -
+  min(sent_i)`` with ``sent_i`` the moment the client finished writing request i (httpcore's
+  trace hook; loopback transit is well under 1 ms).
+
+Columns that explain an error: ``send ms`` is the client's own delay from starting a request to
+having written it (p50 / max), ``lag ms`` how long after its emission the client saw the last
+chunk (fake only, p50 / max), ``decode err`` the error of the per-request decode rate (tokens
+after the first over first-to-last chunk), which excludes both ends.
 """
 
 from __future__ import annotations
@@ -30,16 +38,13 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from dataclasses import dataclass
 
-import httpx
 import numpy as np
 
-from rayspec.bench import BenchPlan
-from rayspec.bench import Scenario
 from rayspec.bench import StreamClient
-from rayspec.bench import run_benchmark_detailed
-from rayspec.bench import summarize
+from rayspec.bench import StreamResult
 
 
 @dataclass
@@ -50,9 +55,14 @@ class Row:
     truth_tok_s: float
     err_pct_mean: float
     err_pct_max: float
-    client_ttft_ms: float
-    truth_ttft_ms: float
-    cpu_pct: float
+    decode_err_pct: float
+    ttft_ms_p50: float
+    truth_ttft_ms_p50: float
+    send_ms_p50: float
+    send_ms_max: float
+    lag_ms_p50: float
+    lag_ms_max: float
+    cpu_pct_max: float
 
 
 def start_fake(*args: str) -> tuple[subprocess.Popen[str], str]:
@@ -61,8 +71,7 @@ def start_fake(*args: str) -> tuple[subprocess.Popen[str], str]:
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
+    line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("PORT "):
         proc.kill()
         raise RuntimeError(f"fake server did not start: {line!r}")
@@ -78,101 +87,114 @@ def stop(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-def fake_case(
-    name: str, fake_args: list[str], concurrency: int, max_tokens: int, runs: int
-) -> Row:
-    proc, url = start_fake(*fake_args)
-    try:
-        httpx.delete(url + "/fake/log", trust_env=False)
-        plan = BenchPlan(
-            scenarios=(
-                Scenario(
-                    name,
-                    concurrency=concurrency,
-                    requests_per_run=concurrency,
-                    max_tokens=max_tokens,
-                ),
-            ),
-            warmup=1,
-            repeats=runs,
-        )
-        result = run_benchmark_detailed(url, plan)
-        log = httpx.get(url + "/fake/log", trust_env=False).json()
-    finally:
-        stop(proc)
-    log.sort(key=lambda e: e["recv_s"])
-    log = log[len(log) - runs * concurrency :]  # drop the warm-up requests
-    measured = [r for r in result.runs if r.run >= 0]
-    if any(r.failed for r in measured) or len(log) != runs * concurrency:
-        raise RuntimeError(f"{name}: failed requests or missing log entries")
-    errs, truths = [], []
-    for i, report in enumerate(measured):
-        entries = log[i * concurrency : (i + 1) * concurrency]
-        tokens = sum(e["tokens"][-1] for e in entries)
-        span = max(e["emit_s"][-1] for e in entries) - min(e["recv_s"] for e in entries)
-        truth = tokens / span
-        truths.append(truth)
-        errs.append(100.0 * (report.tok_s - truth) / truth)
-    stats = summarize(result.records, name)
-    truth_ttft = float(np.median([1000 * (e["emit_s"][0] - e["recv_s"]) for e in log]))
-    return Row(
-        case=f"fake {name}",
-        runs=len(measured),
-        client_tok_s=stats["tok_s_mean"],
-        truth_tok_s=float(np.mean(truths)),
-        err_pct_mean=float(np.mean(errs)),
-        err_pct_max=float(np.max(np.abs(errs))),
-        client_ttft_ms=stats["ttft_ms_p50"],
-        truth_ttft_ms=truth_ttft,
-        cpu_pct=100.0 * max(r.client_cpu_fraction for r in measured),
-    )
-
-
-async def _twin_runs(url: str, concurrency: int, max_tokens: int, runs: int):
+async def drive(
+    url: str, concurrency: int, max_tokens: int, runs: int
+) -> list[tuple[list[str], list[StreamResult], float]]:
+    """Flush, warm up at the concurrency, then ``runs`` runs of ``concurrency`` requests."""
     out = []
     async with StreamClient(url, max_streams=concurrency, read_timeout_s=60) as client:
         await client.http.post("/flush_cache")
-        # warm-up at the measured concurrency: opens every connection of the pool
         await asyncio.gather(*(client.stream(f"warm-up {i}", 16) for i in range(concurrency)))
         for run in range(runs):
-            cpu0, w0 = time.process_time(), time.perf_counter()
-            res = await asyncio.gather(
-                *(client.stream(f"prompt {run} {i}", max_tokens) for i in range(concurrency))
-            )
-            out.append((res, (time.process_time() - cpu0) / (time.perf_counter() - w0)))
+            prompts = [f"prompt {run} {i}" for i in range(concurrency)]
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            res = await asyncio.gather(*(client.stream(p, max_tokens) for p in prompts))
+            cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+            out.append((prompts, list(res), cpu))
     return out
 
 
-def twin_case(url: str, name: str, concurrency: int, max_tokens: int, runs: int) -> Row:
-    data = asyncio.run(_twin_runs(url, concurrency, max_tokens, runs))
-    errs, clients, truths, ttfts, cpu = [], [], [], [], []
-    for res, cpu_frac in data:
-        if any(r.server_e2e_s is None for r in res):
-            raise RuntimeError("twin did not report e2e_latency")
-        tokens = sum(r.completion_tokens for r in res)
-        if concurrency == 1:
-            client = tokens / res[0].e2e_s
-            truth = tokens / res[0].server_e2e_s
-        else:
-            t0 = min(r.t0 for r in res)
-            client = tokens / (max(r.t0 + r.e2e_s for r in res) - t0)
-            truth = tokens / (max(r.t0 + r.server_e2e_s for r in res) - t0)
+def client_tok_s(res: list[StreamResult]) -> float:
+    tokens = sum(r.completion_tokens for r in res)
+    if len(res) == 1:
+        return tokens / res[0].e2e_s
+    return tokens / (max(r.t0 + r.e2e_s for r in res) - min(r.t0 for r in res))
+
+
+def decode_rate(tokens_after_first: int, seconds: float) -> float:
+    return tokens_after_first / seconds if seconds > 0 else float("nan")
+
+
+def summarize_case(case: str, data, truth_fn, extra_fn) -> Row:
+    errs, clients, truths, decode_errs = [], [], [], []
+    ttfts, truth_ttfts, sends, lags, cpus = [], [], [], [], []
+    for prompts, res, cpu in data:
+        client = client_tok_s(res)
+        truth = truth_fn(prompts, res)
         clients.append(client)
         truths.append(truth)
         errs.append(100.0 * (client - truth) / truth)
-        ttfts.extend(1000 * r.ttft_s for r in res)
-        cpu.append(cpu_frac)
+        cpus.append(cpu)
+        ttfts += [1000 * r.ttft_s for r in res]
+        sends += [1000 * (r.sent_s - r.t0) for r in res if r.sent_s is not None]
+        d_err, t_ttft, lag = extra_fn(prompts, res)
+        decode_errs += d_err
+        truth_ttfts += t_ttft
+        lags += lag
+
+    def pct(values: list[float], q: float) -> float:
+        return float(np.percentile(values, q)) if values else float("nan")
+
     return Row(
-        case=f"twin {name}",
-        runs=runs,
+        case=case,
+        runs=len(data),
         client_tok_s=float(np.mean(clients)),
         truth_tok_s=float(np.mean(truths)),
         err_pct_mean=float(np.mean(errs)),
         err_pct_max=float(np.max(np.abs(errs))),
-        client_ttft_ms=float(np.median(ttfts)),
-        truth_ttft_ms=float("nan"),
-        cpu_pct=100.0 * max(cpu),
+        decode_err_pct=float(np.mean(decode_errs)) if decode_errs else float("nan"),
+        ttft_ms_p50=pct(ttfts, 50),
+        truth_ttft_ms_p50=pct(truth_ttfts, 50),
+        send_ms_p50=pct(sends, 50),
+        send_ms_max=pct(sends, 100),
+        lag_ms_p50=pct(lags, 50),
+        lag_ms_max=pct(lags, 100),
+        cpu_pct_max=100.0 * max(cpus),
     )
+
+
+def fake_case(name: str, fake_args: list[str], concurrency: int, max_tokens: int, runs: int):
+    proc, url = start_fake(*fake_args)
+    try:
+        data = asyncio.run(drive(url, concurrency, max_tokens, runs))
+        import httpx
+
+        log = httpx.get(url + "/fake/log", trust_env=False).json()
+    finally:
+        stop(proc)
+    by_prompt = {e["prompt"]: e for e in log}
+
+    def truth(prompts, res):
+        ems = [by_prompt[p] for p in prompts]
+        tokens = sum(e["tokens"][-1] for e in ems)
+        return tokens / (max(e["emit_s"][-1] for e in ems) - min(e["recv_s"] for e in ems))
+
+    def extra(prompts, res):
+        d_err, t_ttft, lag = [], [], []
+        for p, r in zip(prompts, res, strict=True):
+            e = by_prompt[p]
+            after_first = r.completion_tokens - e["tokens"][0]
+            client = decode_rate(after_first, sum(r.itl_s))
+            server = decode_rate(after_first, e["emit_s"][-1] - e["emit_s"][0])
+            d_err.append(100.0 * (client - server) / server)
+            t_ttft.append(1000 * (e["emit_s"][0] - e["recv_s"]))
+            lag.append(1000 * (r.t0 + r.e2e_s - e["emit_s"][-1]))
+        return d_err, t_ttft, lag
+
+    return summarize_case(f"fake {name}", data, truth, extra)
+
+
+def twin_case(url: str, name: str, concurrency: int, max_tokens: int, runs: int) -> Row:
+    data = asyncio.run(drive(url, concurrency, max_tokens, runs))
+
+    def truth(prompts, res):
+        tokens = sum(r.completion_tokens for r in res)
+        if len(res) == 1:
+            return tokens / res[0].server_e2e_s
+        start = min(r.sent_s for r in res)
+        return tokens / (max(r.sent_s + r.server_e2e_s for r in res) - start)
+
+    return summarize_case(f"twin {name}", data, truth, lambda p, r: ([], [], []))
 
 
 def run_twin(quick: bool) -> list[Row]:
@@ -182,21 +204,14 @@ def run_twin(quick: bool) -> list[Row]:
         print(f"(twin not available: {exc})")
         return []
     args = [
-        "--tp-size",
-        "8",
-        "--speculative-algorithm",
-        "EAGLE3",
-        "--speculative-draft-model-path",
-        "drafter",
-        "--speculative-num-steps",
-        "2",
-        "--speculative-eagle-topk",
-        "1",
-        "--speculative-num-draft-tokens",
-        "3",
-        "--twin-seed",
-        "1",
-    ]
+        "--tp-size", "8",
+        "--speculative-algorithm", "EAGLE3",
+        "--speculative-draft-model-path", "drafter",
+        "--speculative-num-steps", "2",
+        "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "3",
+        "--twin-seed", "1",
+    ]  # fmt: skip
     tuned = {
         "NCCL_PROTO": "LL",
         "NCCL_ALGO": "Ring",
@@ -210,40 +225,39 @@ def run_twin(quick: bool) -> list[Row]:
         with TwinProcess(args, env=tuned) as twin:
             twin.wait_ready(60)
             rows.append(
-                twin_case(
-                    twin.base_url, "c1 EAGLE3 2 steps", 1, 100 if quick else 500, 3 if quick else 5
-                )
-            )
+                twin_case(twin.base_url, "c1 EAGLE3 2 steps", 1, 100 if quick else 500,
+                          3 if quick else 5)
+            )  # fmt: skip
             rows.append(
-                twin_case(
-                    twin.base_url,
-                    "c64 EAGLE3 2 steps",
-                    64,
-                    50 if quick else 200,
-                    2 if quick else 3,
-                )
-            )
-    except Exception as exc:  # a benchmark script: report and carry on with the rest
+                twin_case(twin.base_url, "c64 EAGLE3 2 steps", 64, 50 if quick else 200,
+                          2 if quick else 3)
+            )  # fmt: skip
+    except Exception as exc:  # a benchmark script: report and carry on
         print(f"(twin case failed: {type(exc).__name__}: {exc})")
     return rows
 
 
 async def _capacity(url: str, streams: int, max_tokens: int) -> tuple[int, int, float, float]:
     async with StreamClient(url, max_streams=streams) as client:
-        await client.stream("warm", 4)
-        cpu0, w0 = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(client.stream(f"w{i}", 2) for i in range(streams)))
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         res = await asyncio.gather(*(client.stream(f"p{i}", max_tokens) for i in range(streams)))
-        cpu, wall = time.process_time() - cpu0, time.perf_counter() - w0
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     return sum(r.completion_tokens for r in res), sum(r.chunks for r in res), cpu, wall
 
 
-def capacity(pattern: str, streams: int, max_tokens: int) -> tuple[str, float, float, float]:
+def capacity(pattern: str, streams: int, max_tokens: int) -> dict[str, float | str]:
     proc, url = start_fake("--gap-ms", "0", "--ttft-ms", "0", "--pattern", pattern)
     try:
         tokens, chunks, cpu, wall = asyncio.run(_capacity(url, streams, max_tokens))
     finally:
         stop(proc)
-    return pattern, tokens / cpu, chunks / cpu, 100 * cpu / wall
+    return {
+        "pattern": pattern,
+        "tok_per_cpu_s": tokens / cpu,
+        "chunks_per_cpu_s": chunks / cpu,
+        "cpu_pct": 100 * cpu / wall,
+    }
 
 
 def main() -> None:
@@ -252,56 +266,46 @@ def main() -> None:
     parser.add_argument("--no-twin", action="store_true", help="skip the twin cases")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
-    n500 = 100 if args.quick else 500
+    n = 100 if args.quick else 500
     runs = 3 if args.quick else 5
-    print(f"client fidelity on {os.cpu_count()} cores, python {sys.version.split()[0]}")
+    load = os.getloadavg()[0]
+    print(f"client fidelity on {os.cpu_count()} cores (load average {load:.1f}), "
+          f"python {sys.version.split()[0]}")  # fmt: skip
     rows = [
-        fake_case("c1 1 tok/chunk @10ms", ["--gap-ms", "10"], 1, n500, runs),
-        fake_case(
-            "c1 2,1,3 tok/chunk @20ms", ["--gap-ms", "20", "--pattern", "2,1,3"], 1, n500, runs
-        ),
-        fake_case("c64 1 tok/chunk @10ms", ["--gap-ms", "10"], 64, n500, 2 if args.quick else 3),
-    ]
+        fake_case("c1 1 tok/chunk @10ms", ["--gap-ms", "10"], 1, n, runs),
+        fake_case("c1 2,1,3 tok/chunk @20ms", ["--gap-ms", "20", "--pattern", "2,1,3"], 1, n,
+                  runs),
+        fake_case("c64 1 tok/chunk @10ms", ["--gap-ms", "10"], 64, n, 2 if args.quick else 3),
+    ]  # fmt: skip
     if not args.no_twin:
         rows += run_twin(args.quick)
     head = (
-        f"{'case':34} {'runs':>4} {'client tok/s':>12} {'truth tok/s':>11} "
-        f"{'err % mean':>10} {'|err| % max':>11} {'TTFT ms':>8} {'truth':>6} {'cpu %':>6}"
+        f"{'case':30} {'runs':>4} {'client':>8} {'truth':>8} {'err %':>6} {'|err|max':>8} "
+        f"{'decode err':>10} {'TTFT ms':>8} {'truth':>6} {'send ms':>11} {'lag ms':>11} "
+        f"{'cpu %':>5}"
     )
     print("\n" + head + "\n" + "-" * len(head))
     for r in rows:
         print(
-            f"{r.case:34} {r.runs:>4} {r.client_tok_s:>12.1f} {r.truth_tok_s:>11.1f} "
-            f"{r.err_pct_mean:>+10.2f} {r.err_pct_max:>11.2f} {r.client_ttft_ms:>8.1f} "
-            f"{r.truth_ttft_ms:>6.1f} {r.cpu_pct:>6.1f}"
+            f"{r.case:30} {r.runs:>4} {r.client_tok_s:>8.1f} {r.truth_tok_s:>8.1f} "
+            f"{r.err_pct_mean:>+6.2f} {r.err_pct_max:>8.2f} {r.decode_err_pct:>+10.2f} "
+            f"{r.ttft_ms_p50:>8.1f} {r.truth_ttft_ms_p50:>6.1f} "
+            f"{r.send_ms_p50:>5.1f}/{r.send_ms_max:<5.0f} "
+            f"{r.lag_ms_p50:>5.1f}/{r.lag_ms_max:<5.0f} {r.cpu_pct_max:>5.0f}"
         )
     caps = [capacity("1", 64, 500), capacity("2", 64, 500)]
     print("\nclient capacity (unpaced fake, 64 streams x 500 tokens, cumulative /generate chunks)")
-    for pattern, tok, ev, cpu_pct in caps:
-        verdict = "OK" if tok >= 10_000 else "BELOW GOAL"
+    for c in caps:
+        verdict = "OK" if float(c["tok_per_cpu_s"]) >= 10_000 else "BELOW GOAL"
         print(
-            f"  {pattern} tok/chunk: {tok:>8.0f} tok per client CPU-second "
-            f"({ev:.0f} chunks/s; client at {cpu_pct:.0f} % of a core) goal 10,000: {verdict}"
+            f"  {c['pattern']} tok/chunk: {c['tok_per_cpu_s']:>8.0f} tok per client CPU-second "
+            f"({c['chunks_per_cpu_s']:.0f} chunks/s; client at {c['cpu_pct']:.0f} % of a core)"
+            f"  goal 10,000: {verdict}"
         )
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(
-                {
-                    "rows": [r.__dict__ for r in rows],
-                    "capacity": [
-                        dict(
-                            zip(
-                                ("pattern", "tok_per_cpu_s", "chunks_per_cpu_s", "cpu_pct"),
-                                c,
-                                strict=True,
-                            )
-                        )
-                        for c in caps
-                    ],
-                },
-                fh,
-                indent=1,
-            )
+            json.dump({"rows": [asdict(r) for r in rows], "capacity": caps}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import ssl
 import time
 from typing import Any
 
@@ -110,6 +111,7 @@ class StreamResult:
     spec_verify_ct: int | None
     chunks: int
     server_e2e_s: float | None = None  # meta_info.e2e_latency of the final chunk, if sent
+    sent_s: float | None = None  # perf_counter when the request body was fully written
 
 
 class _Partial(Exception):
@@ -150,12 +152,20 @@ def failure_of(record: RequestRecord) -> FailureReason | None:
 
 
 class StreamClient:
-    """One httpx connection pool that streams requests to one server.
+    """Streams requests to one server over ``max_streams`` keep-alive connections.
+
+    Each stream slot ("lane") is its own ``httpx.AsyncClient`` holding one connection, and a
+    request takes a free lane before it starts (its TTFT clock starts once it has one). One
+    shared pool of ``max_streams`` connections would be the plain httpx set-up
+    (``Limits(max_connections >= streams)``, stack-notes §8), but httpcore 1.0's pool
+    re-scans every queued request against every connection (with a ``getpeername`` and a
+    ``poll`` per idle connection) on each request start and close: at 64 streams that cost
+    seconds of client CPU per run and delayed request sends by up to ~2 s (measured with
+    ``benchmarks/client_fidelity.py``). Lanes make a request start O(1).
 
     Args:
         base_url: e.g. ``"http://127.0.0.1:30000"``.
-        max_streams: the most requests in flight at once; the pool holds that many connections
-            (``httpx.Limits()``'s default of 100/20 queues longer streams, stack-notes §8).
+        max_streams: the most requests in flight at once (one connection each).
         endpoint: ``"generate"`` or ``"completions"``.
         read_timeout_s: the longest gap allowed between two chunks.
         request_timeout_s: deadline for one whole request.
@@ -185,18 +195,32 @@ class StreamClient:
             raise ValueError(f"max_streams={max_streams!r}: expected >= 1")
         self.base_url = base_url.rstrip("/")
         self.endpoint = endpoint
+        self.max_streams = max_streams
         self.read_timeout_s = float(read_timeout_s)
         self.request_timeout_s = float(request_timeout_s)
         self.temperature = float(temperature)
         self.ignore_eos = ignore_eos
         self.model = model
-        self._client = httpx.AsyncClient(
+        ssl_context = ssl.create_default_context()  # built once: httpx builds one per client
+        timeout = httpx.Timeout(connect=5.0, read=self.read_timeout_s, write=10.0, pool=None)
+        self._lanes_all = [
+            httpx.AsyncClient(
+                base_url=self.base_url,
+                trust_env=False,
+                verify=ssl_context,
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                timeout=timeout,
+            )
+            for _ in range(max_streams)
+        ]
+        self._lanes: asyncio.Queue[httpx.AsyncClient] = asyncio.Queue()
+        for lane in self._lanes_all:
+            self._lanes.put_nowait(lane)
+        self._control = httpx.AsyncClient(
             base_url=self.base_url,
             trust_env=False,
-            limits=httpx.Limits(
-                max_connections=max_streams, max_keepalive_connections=max_streams
-            ),
-            timeout=httpx.Timeout(connect=5.0, read=self.read_timeout_s, write=10.0, pool=None),
+            verify=ssl_context,
+            timeout=httpx.Timeout(10.0),
         )
         # One (unix, perf_counter) anchor: start stamps keep perf_counter's precision.
         self._anchor_unix = time.time()
@@ -209,12 +233,14 @@ class StreamClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for lane in self._lanes_all:
+            await lane.aclose()
+        await self._control.aclose()
 
     @property
     def http(self) -> httpx.AsyncClient:
-        """The underlying client (for small non-streaming calls such as ``/flush_cache``)."""
-        return self._client
+        """A separate small client for non-streaming calls such as ``/flush_cache``."""
+        return self._control
 
     def unix_time(self, perf: float) -> float:
         """Convert a ``time.perf_counter()`` value of this process to a unix timestamp."""
@@ -260,6 +286,15 @@ class StreamClient:
             raise partial.error from partial.cause
 
     async def _stream(self, prompt: str, max_tokens: int) -> StreamResult:
+        lane = await self._lanes.get()
+        try:
+            return await self._stream_on(lane, prompt, max_tokens)
+        finally:
+            self._lanes.put_nowait(lane)
+
+    async def _stream_on(
+        self, lane: httpx.AsyncClient, prompt: str, max_tokens: int
+    ) -> StreamResult:
         path, payload = self._payload(prompt, max_tokens)
         t0 = time.perf_counter()
         tl = _Timeline(t0=t0)
@@ -271,9 +306,18 @@ class StreamClient:
         }
         chunks = 0
         end = t0
+        sent: list[float] = []
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            # httpcore's trace hook: when the request left the client (send-side delay).
+            if event == "http11.send_request_body.complete":
+                sent.append(time.perf_counter())
+
         try:
             async with asyncio.timeout(self.request_timeout_s):
-                async with self._client.stream("POST", path, json=payload) as response:
+                async with lane.stream(
+                    "POST", path, json=payload, extensions={"trace": trace}
+                ) as response:
                     if response.status_code != 200:
                         body = (await response.aread()).decode(errors="replace")[:500]
                         raise BenchError(
@@ -350,6 +394,7 @@ class StreamClient:
             spec_verify_ct=state["verify"],
             chunks=chunks,
             server_e2e_s=state["server_e2e"],
+            sent_s=sent[0] if sent else None,
         )
 
     def _on_chunk(self, obj: Any, now: float, tl: _Timeline, state: dict[str, Any]) -> None:
