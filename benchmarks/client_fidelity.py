@@ -27,6 +27,25 @@ Columns that explain an error: ``send ms`` is the client's own delay from starti
 having written it (p50 / max), ``lag ms`` how long after its emission the client saw the last
 chunk (fake only, p50 / max), ``decode err`` the error of the per-request decode rate (tokens
 after the first over first-to-last chunk), which excludes both ends.
+
+Measured 2026-11-29 on the 2-core CI box (load average 1.6; server and client share the cores):
+
+    case                        client    truth  err %  |err|max  decode  send ms   lag ms  cpu %
+    fake c1 1 tok/chunk @10ms     99.7     99.8  -0.06      0.08   +0.00    2.2/3    0.8/1      8
+    fake c1 2,1,3 @20ms           99.5     99.6  -0.06      0.08   -0.00    1.6/2    0.9/1      4
+    fake c64 1 tok/chunk @10ms  6116.4   6331.7  -3.40      6.48   -1.67   47/98   119/343     97
+    twin c1 EAGLE3 2 steps        91.4     91.5  -0.08      0.11     nan    1.3/3      nan      4
+    twin c64 EAGLE3 2 steps      929.6    935.7  -0.66      0.88     nan   70/174      nan     15
+    (5 runs at c1, 3 at c64; TTFT p50 client/server: fake c1 24.2/21.2 ms, fake c64 103/36 ms)
+
+    client capacity (unpaced, 64 x 500 tokens): 18,413 tok per client CPU-second at 1 tok/chunk,
+    28,241 at 2 tok/chunk (goal 10,000).
+
+Reading: at concurrency 1 the client is within 0.1 % of the server's schedule. At 64 streams x
+100 tok/s with one token per chunk (6,400 chunks/s, each in its own read) one client process
+used 97 % of a core, read the last chunks ~0.1 s late and under-measured by 3.4 %: that run was
+flagged client-bound (``RunReport.client_bound``); spread such loads over several BenchActors.
+The twin at 64 streams (~930 tok/s, speculative chunks) stays within 1 %.
 """
 
 from __future__ import annotations

@@ -85,6 +85,21 @@ class BenchResult:
     def client_bound_runs(self) -> int:
         return sum(1 for r in self.runs if r.run >= 0 and r.client_bound)
 
+    def client_metrics(self) -> dict[str, float]:
+        """Float metrics about the client itself, to store beside :func:`summarize`'s.
+
+        ``client_cpu_frac_max``: the largest share of one core the client used in a measured
+        run (NaN without runs); ``client_bound_runs``: measured runs above the plan's
+        ``cpu_warn_fraction``, whose timings may measure the client rather than the server.
+        """
+        measured = [r for r in self.runs if r.run >= 0]
+        return {
+            "client_cpu_frac_max": (
+                max(r.client_cpu_fraction for r in measured) if measured else float("nan")
+            ),
+            "client_bound_runs": float(self.client_bound_runs),
+        }
+
     def first_failure(self) -> tuple[FailureReason, str] | None:
         return first_failure(self.records)
 

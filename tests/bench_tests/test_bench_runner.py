@@ -11,6 +11,7 @@ from rayspec import BenchError
 from rayspec import FailureReason
 from rayspec import StreamStalled
 from rayspec.bench import BenchPlan
+from rayspec.bench import BenchResult
 from rayspec.bench import RunReport
 from rayspec.bench import Scenario
 from rayspec.bench import fetch_server_view
@@ -179,7 +180,12 @@ def test_flush_busy_too_long_and_unreachable(
 def test_client_bound_flag() -> None:
     report = RunReport("s", 0, (), wall_s=2.0, client_cpu_s=1.6, tok_s=1.0)
     assert report.client_cpu_fraction == pytest.approx(0.8) and report.client_bound
-    assert not RunReport("s", 0, (), wall_s=2.0, client_cpu_s=0.2, tok_s=1.0).client_bound
+    calm = RunReport("s", 1, (), wall_s=2.0, client_cpu_s=0.2, tok_s=1.0)
+    assert not calm.client_bound
+    warm = RunReport("s", -1, (), wall_s=1.0, client_cpu_s=1.0, tok_s=1.0)
+    result = BenchResult(records=(), runs=(warm, report, calm))
+    assert result.client_bound_runs == 1
+    assert result.client_metrics() == {"client_cpu_frac_max": 0.8, "client_bound_runs": 1.0}
 
 
 def test_server_view(fake_server: FakeSGLangServer, closed_port_url: str) -> None:
