@@ -343,12 +343,18 @@ class StreamClient:
                                 end = now
                                 break
                             chunks += 1
-                            obj = (
-                                _parse_generate_chunk(body_bytes)
-                                if self.endpoint == "generate"
-                                else json.loads(body_bytes)
-                            )
-                            self._on_chunk(obj, now, tl, state)
+                            try:
+                                obj = (
+                                    _parse_generate_chunk(body_bytes)
+                                    if self.endpoint == "generate"
+                                    else json.loads(body_bytes)
+                                )
+                                self._on_chunk(obj, now, tl, state)
+                            except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                                raise BenchError(
+                                    f"malformed SSE chunk from POST {path} "
+                                    f"({type(exc).__name__}: {exc}): {body_bytes[:200]!r}"
+                                ) from exc
                     if not done:
                         end = time.perf_counter()
                     if not done and not state["finished"]:
@@ -377,9 +383,6 @@ class StreamClient:
                 f"({type(exc).__name__}: {exc or 'no detail'}); the server may have crashed",
                 reason=FailureReason.CRASH_MID_BENCHMARK,
             )
-            raise _Partial(err, tl, time.perf_counter(), exc) from exc
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            err = BenchError(f"malformed SSE chunk from POST {path}: {exc}")
             raise _Partial(err, tl, time.perf_counter(), exc) from exc
         if tl.ttft_s is None:
             err = BenchError(f"POST {path} finished without any token")

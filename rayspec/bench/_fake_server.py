@@ -61,6 +61,7 @@ class FakeBehaviour:
     ``flush_busy``: answer this many ``/flush_cache`` calls with 400 first.
     ``prompt_tokens``: reported ``prompt_tokens`` (default: words of the prompt).
     ``status``: answer generation requests with this HTTP status and a JSON error instead.
+    ``garbage_after_chunks``: after that many chunks, send a malformed chunk and stop.
     """
 
     ttft_s: float = 0.02
@@ -74,6 +75,7 @@ class FakeBehaviour:
     flush_busy: int = 0
     prompt_tokens: int | None = None
     status: int = 200
+    garbage_after_chunks: int | None = None
 
 
 @dataclasses.dataclass
@@ -195,6 +197,10 @@ class _App:
                 return resp
             if b.error_after_chunks is not None and i == b.error_after_chunks:
                 await resp.write(b'data: {"error": {"message": "fake failure", "code": 500}}\n\n')
+                await resp.write(b"data: [DONE]\n\n")
+                return resp
+            if b.garbage_after_chunks is not None and i == b.garbage_after_chunks:
+                await resp.write(b'data: {"meta_info": [1, 2]\n\n')
                 await resp.write(b"data: [DONE]\n\n")
                 return resp
             if b.stall_after_chunks is not None and i == b.stall_after_chunks:

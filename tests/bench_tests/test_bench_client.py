@@ -150,6 +150,15 @@ def test_error_chunk(fake_server: FakeSGLangServer) -> None:
 
 
 @pytest.mark.parametrize("endpoint", ["generate", "completions"])
+def test_malformed_chunk_is_a_recorded_error(fake_server: FakeSGLangServer, endpoint: str) -> None:
+    fake_server.set_behaviour(FakeBehaviour(ttft_s=0.0, gap_s=0.001, garbage_after_chunks=2))
+    rec = _measure(fake_server.base_url, endpoint)
+    assert failure_of(rec) is FailureReason.UNKNOWN
+    assert "malformed SSE chunk" in (rec.error or "")
+    assert rec.completion_tokens == 2
+
+
+@pytest.mark.parametrize("endpoint", ["generate", "completions"])
 def test_http_error_status(fake_server: FakeSGLangServer, endpoint: str) -> None:
     fake_server.set_behaviour(FakeBehaviour(status=400))
     rec = _measure(fake_server.base_url, endpoint)
