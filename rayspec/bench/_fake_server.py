@@ -200,7 +200,7 @@ class _App:
                 await resp.write(b"data: [DONE]\n\n")
                 return resp
             if b.garbage_after_chunks is not None and i == b.garbage_after_chunks:
-                await resp.write(b'data: {"meta_info": [1, 2]\n\n')
+                await resp.write(b'data: {"meta_info": [1, 2], "choices": 3}\n\n')
                 await resp.write(b"data: [DONE]\n\n")
                 return resp
             if b.stall_after_chunks is not None and i == b.stall_after_chunks:
