@@ -5,8 +5,8 @@ environment and speculative flags, flushes the cache, runs 1 warm-up and N singl
 ``max_new_tokens=500`` through httpx streaming, and prints the field figures beside the twin's
 mean and peak client-side tok/s (completion tokens / whole request time, TTFT included, as the
 field measurement) and the ratio per row. The ``model`` column is the performance model's
-expected decode rate (no noise, no TTFT) for reference. The twin must be within 5 % of the
-field on the mean.
+expected decode rate (no noise, no TTFT) for reference; ``twin decode`` is the twin's rate after
+the first chunk (TTFT excluded). The twin must be within 5 % of the field on the mean.
 
 Usage::
 
@@ -76,21 +76,27 @@ ROWS = (
 )
 
 
-def one_request(client: httpx.Client, max_tokens: int) -> tuple[float, float | None]:
-    """Client-side tok/s of one streamed request, and its accept length (None: no spec)."""
+def one_request(client: httpx.Client, max_tokens: int) -> tuple[float, float, float | None]:
+    """One streamed request: whole-request tok/s, decode tok/s after the first chunk, and the
+    accept length (None without speculation)."""
     body = {"text": PROMPT, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0},
             "stream": True}
     t0 = time.perf_counter()
+    first: tuple[float, int] | None = None
     meta: dict[str, object] = {}
     with client.stream("POST", "/generate", json=body) as resp:
         resp.raise_for_status()
         for line in resp.iter_lines():
             if line.startswith("data: {"):
                 meta = json.loads(line[6:])["meta_info"]
-    elapsed = time.perf_counter() - t0
+                if first is None:
+                    first = (time.perf_counter(), int(meta["completion_tokens"]))  # type: ignore[call-overload]
+    end = time.perf_counter()
     tokens = int(meta["completion_tokens"])  # type: ignore[call-overload]
+    assert first is not None
+    decode = (tokens - first[1]) / (end - first[0])
     accept = meta.get("spec_accept_length")
-    return tokens / elapsed, float(accept) if accept is not None else None  # type: ignore[arg-type]
+    return tokens / (end - t0), decode, float(accept) if accept is not None else None  # type: ignore[arg-type]
 
 
 def model_tok_s(row: Row, profile_name: str) -> float:
@@ -109,12 +115,13 @@ def measure(row: Row, runs: int, max_tokens: int, seed: int, profile: str) -> di
             client.post("/flush_cache").raise_for_status()
             one_request(client, max_tokens)  # warm-up, discarded
             results = [one_request(client, max_tokens) for _ in range(runs)]
-    rates = [r for r, _ in results]
-    accepts = [a for _, a in results if a is not None]
+    rates = [r for r, _, _ in results]
+    accepts = [a for _, _, a in results if a is not None]
     return {
         "mean": statistics.fmean(rates),
         "peak": max(rates),
         "stdev": statistics.stdev(rates) if len(rates) > 1 else 0.0,
+        "decode": statistics.fmean(d for _, d, _ in results),
         "accept": statistics.fmean(accepts) if accepts else float("nan"),
     }
 
@@ -129,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     header = (
         f"| {'config':<48} | field avg | field peak | model | twin mean | twin peak | twin sd "
+        f"| twin decode "
         f"| accept len | mean ratio | peak ratio |"
     )
     print(f"twin fidelity: {ns.runs} runs x {ns.max_tokens} tokens after 1 warm-up, "
@@ -144,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {row.label:<48} | {row.field_avg:9.1f} | {row.field_peak:10.1f} "
             f"| {model_tok_s(row, ns.profile):5.1f} "
-            f"| {m['mean']:9.1f} | {m['peak']:9.1f} | {m['stdev']:7.2f} | {accept:>10} "
+            f"| {m['mean']:9.1f} | {m['peak']:9.1f} | {m['stdev']:7.2f} | {m['decode']:11.1f} "
+            f"| {accept:>10} "
             f"| {ratio:10.3f} | {m['peak'] / row.field_peak:10.3f} |",
             flush=True,
         )
