@@ -89,9 +89,7 @@ def _signal_driver(tmp_path_factory, how: str, cluster: dict[str, str]) -> Signa
     index = len(_RUNS)
     port = BASE_PORT + 10 + index
     folder = str(tmp_path_factory.mktemp(f"signal-{how.lower()}"))
-    path = experiment(
-        folder, name="sig", port=port, n_trials=3, bench=LONG_BENCH, cluster=cluster
-    )
+    path = experiment(folder, name="sig", port=port, n_trials=3, bench=LONG_BENCH, cluster=cluster)
     needles = (os.path.join(folder, "sig"), f"--port {port} ")
     driver = Driver([path])
     try:
