@@ -306,6 +306,7 @@ class StreamClient:
         }
         chunks = 0
         end = t0
+        done = False  # [DONE] seen: a failure after it (while draining) loses nothing
         sent: list[float] = []
 
         async def trace(event: str, info: dict[str, Any]) -> None:
@@ -324,7 +325,6 @@ class StreamClient:
                             f"POST {path} returned HTTP {response.status_code}: {body.strip()}"
                         )
                     buf = b""
-                    done = False
                     async for data in response.aiter_bytes():
                         if done:
                             # Read the response to its end (the chunked terminator follows
@@ -365,25 +365,9 @@ class StreamClient:
                         )
         except BenchError as exc:
             raise _Partial(exc, tl, time.perf_counter(), exc.__cause__) from exc
-        except httpx.ReadTimeout as exc:
-            err: BenchError = StreamStalled(
-                f"no chunk for {self.read_timeout_s:g} s after {tl.tokens} tokens "
-                f"(POST {path} stalled)"
-            )
-            raise _Partial(err, tl, time.perf_counter(), exc) from exc
-        except TimeoutError as exc:
-            err = StreamStalled(
-                f"request passed its {self.request_timeout_s:g} s deadline after "
-                f"{tl.tokens} tokens"
-            )
-            raise _Partial(err, tl, time.perf_counter(), exc) from exc
-        except _CONNECTION_ERRORS as exc:
-            err = BenchError(
-                f"connection to {self.base_url} lost after {tl.tokens} tokens "
-                f"({type(exc).__name__}: {exc or 'no detail'}); the server may have crashed",
-                reason=FailureReason.CRASH_MID_BENCHMARK,
-            )
-            raise _Partial(err, tl, time.perf_counter(), exc) from exc
+        except (httpx.ReadTimeout, TimeoutError, *_CONNECTION_ERRORS) as exc:
+            if not done:
+                raise self._partial_from(exc, tl, path) from exc
         if tl.ttft_s is None:
             err = BenchError(f"POST {path} finished without any token")
             raise _Partial(err, tl, end)
@@ -399,6 +383,27 @@ class StreamClient:
             server_e2e_s=state["server_e2e"],
             sent_s=sent[0] if sent else None,
         )
+
+    def _partial_from(self, exc: Exception, tl: _Timeline, path: str) -> _Partial:
+        """The typed error for a transport failure or timeout, with what was measured."""
+        now = time.perf_counter()
+        if isinstance(exc, httpx.ReadTimeout):
+            err: BenchError = StreamStalled(
+                f"no chunk for {self.read_timeout_s:g} s after {tl.tokens} tokens "
+                f"(POST {path} stalled)"
+            )
+        elif isinstance(exc, TimeoutError):
+            err = StreamStalled(
+                f"request passed its {self.request_timeout_s:g} s deadline after "
+                f"{tl.tokens} tokens"
+            )
+        else:
+            err = BenchError(
+                f"connection to {self.base_url} lost after {tl.tokens} tokens "
+                f"({type(exc).__name__}: {exc or 'no detail'}); the server may have crashed",
+                reason=FailureReason.CRASH_MID_BENCHMARK,
+            )
+        return _Partial(err, tl, now, exc)
 
     def _on_chunk(self, obj: Any, now: float, tl: _Timeline, state: dict[str, Any]) -> None:
         if not isinstance(obj, dict):

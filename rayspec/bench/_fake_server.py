@@ -62,6 +62,7 @@ class FakeBehaviour:
     ``prompt_tokens``: reported ``prompt_tokens`` (default: words of the prompt).
     ``status``: answer generation requests with this HTTP status and a JSON error instead.
     ``garbage_after_chunks``: after that many chunks, send a malformed chunk and stop.
+    ``hang_after_done_s``: keep the response open this long after ``data: [DONE]``.
     """
 
     ttft_s: float = 0.02
@@ -76,6 +77,7 @@ class FakeBehaviour:
     prompt_tokens: int | None = None
     status: int = 200
     garbage_after_chunks: int | None = None
+    hang_after_done_s: float = 0.0
 
 
 @dataclasses.dataclass
@@ -222,6 +224,8 @@ class _App:
         except (ConnectionError, RuntimeError):
             return resp
         em.done = True
+        if b.hang_after_done_s > 0:
+            await asyncio.sleep(b.hang_after_done_s)
         return resp
 
     async def generate(self, request: web.Request) -> web.StreamResponse:

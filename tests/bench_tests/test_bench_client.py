@@ -117,6 +117,14 @@ def test_stall_is_recorded(fake_server: FakeSGLangServer) -> None:
     assert rec.e2e_ms >= 300.0
 
 
+def test_timeout_after_done_loses_nothing(fake_server: FakeSGLangServer) -> None:
+    # [DONE] arrived but the server kept the response open: the request still succeeded.
+    fake_server.set_behaviour(FakeBehaviour(ttft_s=0.0, gap_s=0.002, hang_after_done_s=1.0))
+    rec = _measure(fake_server.base_url, max_tokens=10, read_timeout_s=0.3)
+    assert rec.ok and rec.completion_tokens == 10
+    assert rec.e2e_ms < 250.0  # the end is the [DONE] chunk, not the timeout
+
+
 def test_deadline_is_a_stall(fake_server: FakeSGLangServer) -> None:
     fake_server.set_behaviour(FakeBehaviour(ttft_s=0.0, gap_s=0.05))
     with pytest.raises(StreamStalled, match="deadline"):
