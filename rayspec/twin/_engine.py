@@ -36,6 +36,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator
+from collections.abc import Awaitable
 from collections.abc import Callable
 from typing import Any
 
@@ -160,6 +161,7 @@ class Engine:
         realtime: sleep until each deadline; False runs the schedule without waiting.
         metrics: Prometheus registry to update, if any.
         on_fatal: called with the exception when the scheduler "crashes" (draft tree).
+        clock, sleep: the monotonic clock and the sleep function (injectable for tests).
     """
 
     def __init__(
@@ -179,6 +181,8 @@ class Engine:
         realtime: bool = True,
         metrics: MetricsRegistry | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.model = model
         self.spec = model.spec
@@ -194,6 +198,8 @@ class Engine:
         self.realtime = realtime
         self.metrics = metrics
         self.on_fatal = on_fatal
+        self._now = clock
+        self._sleep = sleep
         self.step_time_dict: dict[str, collections.deque[float]] | None = (
             {} if record_step_time else None
         )
@@ -210,7 +216,7 @@ class Engine:
         self._token_limit: int | None = None
         self._token_count = 0
         self._on_token_limit: Callable[[], None] | None = None
-        self._clock = time.monotonic()
+        self._clock = self._now()
 
     # ------------------------------------------------------------------ public API
 
@@ -275,7 +281,7 @@ class Engine:
             mult=noise.mult,
             time_factor=noise.time_factor,
             rng=random.Random(self.seed * 1_000_003 + index),
-            arrival_s=time.monotonic(),
+            arrival_s=self._now(),
             histogram=[0] * (self.spec.num_draft_tokens if self.spec else 1),
         )
         self._waiting.append(req)
@@ -334,9 +340,11 @@ class Engine:
         if not self.realtime:
             await asyncio.sleep(0)
             return
-        delay = deadline - time.monotonic()
+        delay = deadline - self._now()
         if delay > 0:
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
+        else:  # overdue: emit at once, but let the streams write this iteration's chunk
+            await asyncio.sleep(0)
 
     async def _run(self) -> None:
         while True:
@@ -345,7 +353,7 @@ class Engine:
             if self.idle:
                 self._wake.clear()
                 await self._wake.wait()
-                self._clock = max(self._clock, time.monotonic())
+                self._clock = max(self._clock, self._now())
                 continue
             if self._waiting and len(self._running) < self.cap:
                 await self._prefill()
@@ -412,7 +420,7 @@ class Engine:
         self._clock += duration_s
         self._window.busy_s += duration_s
         await self._sleep_until(self._clock)
-        now = time.monotonic()
+        now = self._now()
         for req in batch:
             if req.aborted:
                 continue
@@ -443,7 +451,7 @@ class Engine:
         await self._sleep_until(self._clock)
         if self._frozen.is_set():
             return
-        now = time.monotonic()
+        now = self._now()
         spec = self.spec
         window = self._window
         window.iterations += 1
