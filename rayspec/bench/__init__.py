@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from rayspec.bench._actor import BenchActor
 from rayspec.bench._actor import BenchWorker
+from rayspec.bench._actor import RaySync
+from rayspec.bench._actor import merge_results
+from rayspec.bench._actor import run_sharded
 from rayspec.bench._client import StreamClient
 from rayspec.bench._client import StreamResult
 from rayspec.bench._client import failure_of
@@ -21,6 +24,8 @@ from rayspec.bench._prompts import load_prompts
 from rayspec.bench._prompts import request_input
 from rayspec.bench._runner import BenchResult
 from rayspec.bench._runner import RunReport
+from rayspec.bench._runner import RunSync
+from rayspec.bench._runner import Shard
 from rayspec.bench._runner import arun_benchmark
 from rayspec.bench._runner import fetch_server_view
 from rayspec.bench._runner import first_failure
@@ -44,9 +49,12 @@ __all__ = [
     "BenchResult",
     "BenchWorker",
     "Comparison",
+    "RaySync",
     "RequestInput",
     "RunReport",
+    "RunSync",
     "Scenario",
+    "Shard",
     "StreamClient",
     "StreamResult",
     "arun_benchmark",
@@ -58,12 +66,14 @@ __all__ = [
     "flush_cache",
     "load_prompts",
     "mean_ci95",
+    "merge_results",
     "parse_metrics",
     "per_run_tok_s",
     "raise_for_failure",
     "request_input",
     "run_benchmark",
     "run_benchmark_detailed",
+    "run_sharded",
     "run_tok_s",
     "summarize",
     "t_cdf",

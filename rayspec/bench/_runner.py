@@ -10,6 +10,7 @@ import random
 import time
 from collections.abc import Callable
 from typing import Any
+from typing import Protocol
 
 import httpx
 
@@ -28,6 +29,44 @@ _logger = logging.getLogger(__name__)
 
 _FLUSH_RETRY_S = 10.0
 _FLUSH_POLL_S = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """This client's part of a load spread over ``count`` clients (BenchActors).
+
+    Shard ``k`` sends the requests whose index ``i`` satisfies ``i % count == k`` at its share
+    of the concurrency (the shares add up to the scenario's concurrency), and Poisson arrivals
+    at ``rate / count`` (the union of independent Poisson streams is Poisson at ``rate``).
+    Records keep the global index and the scenario's total concurrency, so the records of all
+    shards together look like one client's.
+    """
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.count, int) and self.count >= 1 and 0 <= self.index < self.count):
+            raise ValueError(
+                f"Shard(index={self.index!r}, count={self.count!r}): expected 0 <= index < count"
+            )
+
+    def owns(self, i: int) -> bool:
+        return i % self.count == self.index
+
+    def share(self, concurrency: int) -> int:
+        """This shard's part of ``concurrency`` (0 when there are more shards than streams)."""
+        return concurrency // self.count + (1 if self.index < concurrency % self.count else 0)
+
+
+class RunSync(Protocol):
+    """Keeps sharded clients in step: every shard flushes, warms up and starts each run
+    together. ``wait(key)`` blocks until all shards reached ``key`` and returns False when the
+    group was aborted (another shard stopped) or timed out; ``abort()`` releases the others."""
+
+    def wait(self, key: str) -> bool: ...
+
+    def abort(self) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +113,8 @@ class BenchResult:
         records: all requests, warm-up included (``run == -1``).
         runs: one report per warm-up and measured run, in order.
         stopped: why the benchmark ended before the plan's end ("" when it ran to completion):
-            ``"error"`` (a request failed and ``plan.stop_on_error``) or ``"callback"``.
+            ``"error"`` (a request failed and ``plan.stop_on_error``), ``"callback"``, or
+            ``"sync"`` (another shard of a sharded run stopped).
     """
 
     records: tuple[RequestRecord, ...]
@@ -169,11 +209,18 @@ async def flush_cache(http: httpx.AsyncClient, *, retry_s: float = _FLUSH_RETRY_
 
 
 async def _one_run(
-    client: StreamClient, plan: BenchPlan, scenario: Scenario, run: int, n: int
+    client: StreamClient,
+    plan: BenchPlan,
+    scenario: Scenario,
+    run: int,
+    n: int,
+    shard: Shard = Shard(),
 ) -> RunReport:
-    inputs = [request_input(scenario, run, i) for i in range(n)]
-    records: list[RequestRecord | None] = [None] * n
+    mine = [i for i in range(n) if shard.owns(i)]
+    inputs = {i: request_input(scenario, run, i) for i in mine}
+    records: dict[int, RequestRecord] = {}
     concurrency = scenario.concurrency
+    streams = shard.share(concurrency)
 
     async def send(i: int) -> None:
         records[i] = await client.measure(
@@ -186,17 +233,22 @@ async def _one_run(
         )
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    if scenario.request_rate is None or run < 0:
-        pending = iter(range(n))
+    if not mine or streams == 0:
+        pass
+    elif scenario.request_rate is None or run < 0:
+        pending = iter(mine)
 
         async def worker() -> None:
             for i in pending:  # a shared iterator: each index is taken exactly once
                 await send(i)
 
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, n))))
+        await asyncio.gather(*(worker() for _ in range(min(streams, len(mine)))))
     else:
-        gate = asyncio.Semaphore(concurrency)
-        rng = random.Random(f"{scenario.name}/{scenario.seed}/{run}/arrivals")
+        gate = asyncio.Semaphore(streams)
+        rate = scenario.request_rate / shard.count
+        rng = random.Random(
+            f"{scenario.name}/{scenario.seed}/{run}/arrivals/{shard.index}/{shard.count}"
+        )
 
         async def gated(i: int) -> None:
             async with gate:
@@ -204,16 +256,16 @@ async def _one_run(
 
         tasks = []
         due = time.perf_counter()
-        for i in range(n):
+        for i in mine:
             delay = due - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(gated(i)))
-            due += rng.expovariate(scenario.request_rate)
+            due += rng.expovariate(rate)
         await asyncio.gather(*tasks)
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
-    done = tuple(r for r in records if r is not None)
+    done = tuple(records[i] for i in sorted(records))
     report = RunReport(
         scenario=scenario.name,
         run=run,
@@ -239,12 +291,20 @@ async def arun_benchmark(
     plan: BenchPlan,
     *,
     on_run_done: Callable[[RunReport], object] | None = None,
+    shard: Shard = Shard(),
+    sync: RunSync | None = None,
 ) -> BenchResult:
     """Async form of :func:`run_benchmark_detailed`."""
-    max_streams = max(s.concurrency for s in plan.scenarios)
+    if shard.count > 1 and sync is None:
+        raise ValueError("a sharded benchmark needs a RunSync to keep the shards in step")
+    max_streams = max(1, max(shard.share(s.concurrency) for s in plan.scenarios))
     records: list[RequestRecord] = []
     reports: list[RunReport] = []
     stopped = ""
+
+    def in_step(key: str) -> bool:
+        return sync is None or sync.wait(key)
+
     async with StreamClient(
         base_url,
         max_streams=max_streams,
@@ -256,7 +316,10 @@ async def arun_benchmark(
         model=plan.model,
     ) as client:
         for scenario in plan.scenarios:
-            if plan.flush_cache:
+            if not in_step(f"{scenario.name}/flush"):
+                stopped = "sync"
+                break
+            if plan.flush_cache and shard.index == 0:
                 await flush_cache(client.http)
             runs = ([-1] if plan.warmup else []) + list(range(plan.repeats))
             for run in runs:
@@ -268,8 +331,15 @@ async def arun_benchmark(
                         else max(plan.warmup, scenario.concurrency)
                     )
                 if run >= 0 and plan.flush_between_runs:
-                    await flush_cache(client.http)
-                report = await _one_run(client, plan, scenario, run, n)
+                    if not in_step(f"{scenario.name}/{run}/flush"):
+                        stopped = "sync"
+                        break
+                    if shard.index == 0:
+                        await flush_cache(client.http)
+                if not in_step(f"{scenario.name}/{run}"):
+                    stopped = "sync"
+                    break
+                report = await _one_run(client, plan, scenario, run, n, shard)
                 reports.append(report)
                 records.extend(report.records)
                 if report.failed and plan.stop_on_error:
@@ -280,6 +350,8 @@ async def arun_benchmark(
                     break
             if stopped:
                 break
+    if stopped and stopped != "sync" and sync is not None:
+        sync.abort()
     return BenchResult(records=tuple(records), runs=tuple(reports), stopped=stopped)
 
 
@@ -288,6 +360,8 @@ def run_benchmark_detailed(
     plan: BenchPlan,
     *,
     on_run_done: Callable[[RunReport], object] | None = None,
+    shard: Shard = Shard(),
+    sync: RunSync | None = None,
 ) -> BenchResult:
     """Run ``plan`` against the server at ``base_url``, with per-run reports.
 
@@ -305,6 +379,12 @@ def run_benchmark_detailed(
         plan: what to send.
         on_run_done: called after each measured run with its :class:`RunReport`; a truthy return
             value stops the benchmark (e.g. the trial was pruned). Its exceptions propagate.
+        shard: this client's part of a load spread over several clients (see :class:`Shard`;
+            :func:`~rayspec.bench.run_sharded` drives several BenchActors). Only shard 0
+            flushes the cache.
+        sync: required with more than one shard: the barrier that starts every shard's
+            flush, warm-up and runs together (``stopped == "sync"`` when another shard
+            stopped the group).
 
     Raises:
         BenchError: ``/flush_cache`` failed (unreachable server, or busy for 10 s).
@@ -315,7 +395,9 @@ def run_benchmark_detailed(
         >>> [round(r.tok_s, 1) for r in result.runs if r.run >= 0]  # doctest: +SKIP
         [94.1, 95.3, 93.8, 96.9, 94.0]
     """
-    return asyncio.run(arun_benchmark(base_url, plan, on_run_done=on_run_done))
+    return asyncio.run(
+        arun_benchmark(base_url, plan, on_run_done=on_run_done, shard=shard, sync=sync)
+    )
 
 
 def run_benchmark(

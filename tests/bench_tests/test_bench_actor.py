@@ -57,3 +57,41 @@ def test_bench_actor_runs_a_plan(ray_cluster: None, fake_server: FakeSGLangServe
         assert 1 <= sum(1 for r in result.runs if r.run >= 0) < 50
     finally:
         ray.kill(actor)
+
+
+def test_run_sharded_over_two_actors(ray_cluster: None, fake_server: FakeSGLangServer) -> None:
+    import ray
+
+    from rayspec import FailureReason
+    from rayspec.bench import run_sharded
+
+    fake_server.set_behaviour(FakeBehaviour(ttft_s=0.01, gap_s=0.003, pattern=(2, 1)))
+    actors = [BenchActor.remote() for _ in range(2)]
+    try:
+        plan = BenchPlan(
+            scenarios=(
+                Scenario("c1", max_tokens=10),
+                Scenario("c4", concurrency=4, requests_per_run=6, max_tokens=10),
+            ),
+            repeats=2,
+        )
+        result = run_sharded(fake_server.base_url, plan, actors)
+        assert result.stopped == ""
+        assert all(r.ok for r in result.records)
+        assert [(r.scenario, r.run) for r in result.runs] == [
+            ("c1", -1), ("c1", 0), ("c1", 1), ("c4", -1), ("c4", 0), ("c4", 1),
+        ]  # fmt: skip
+        assert [r.index for r in result.runs[4].records] == list(range(6))
+        assert len(result.runs[1].records) == 1  # concurrency 1: one shard sends, one idles
+        assert fake_server.flush_calls == 2  # once per scenario, by shard 0 only
+        assert summarize(result.records, "c4")["runs"] == 2.0
+
+        # A crash stops every shard: the failing one aborts the barrier for the others.
+        fake_server.set_behaviour(FakeBehaviour(ttft_s=0.0, gap_s=0.002, cut_after_chunks=2))
+        crash = run_sharded(fake_server.base_url, plan, actors, sync_timeout_s=30)
+        assert crash.stopped == "error"
+        reason, _ = crash.first_failure() or (None, "")
+        assert reason is FailureReason.CRASH_MID_BENCHMARK
+    finally:
+        for actor in actors:
+            ray.kill(actor)

@@ -14,6 +14,7 @@ from rayspec.bench import BenchPlan
 from rayspec.bench import BenchResult
 from rayspec.bench import RunReport
 from rayspec.bench import Scenario
+from rayspec.bench import Shard
 from rayspec.bench import fetch_server_view
 from rayspec.bench import first_failure
 from rayspec.bench import flush_cache
@@ -22,6 +23,7 @@ from rayspec.bench import raise_for_failure
 from rayspec.bench import request_input
 from rayspec.bench import run_benchmark
 from rayspec.bench import run_benchmark_detailed
+from rayspec.bench import run_tok_s
 from rayspec.bench import summarize
 from rayspec.bench._fake_server import FakeBehaviour
 from rayspec.bench._fake_server import FakeSGLangServer
@@ -212,3 +214,68 @@ def test_parse_metrics() -> None:
         'sglang:broken{a="b"} nan-ish\n'
     )
     assert parse_metrics(text) == {"sglang:gen_throughput": 95.5, "sglang:num_running_reqs": 2.0}
+
+
+def test_shard_split() -> None:
+    shards = [Shard(k, 3) for k in range(3)]
+    assert [s.share(8) for s in shards] == [3, 3, 2]
+    assert [s.share(2) for s in shards] == [1, 1, 0]
+    assert sorted(i for s in shards for i in range(10) if s.owns(i)) == list(range(10))
+    with pytest.raises(ValueError, match="index"):
+        Shard(3, 3)
+
+
+class _ThreadBarrier:
+    """RunSync for shards on threads of this process (the Ray version is tested with actors)."""
+
+    def __init__(self, parties: int) -> None:
+        import threading
+
+        self._barrier = threading.Barrier(parties, timeout=30)
+
+    def wait(self, key: str) -> bool:
+        import threading
+
+        try:
+            self._barrier.wait()
+        except threading.BrokenBarrierError:
+            return False
+        return True
+
+    def abort(self) -> None:
+        self._barrier.abort()
+
+
+def test_sharded_run_in_step(fake_server: FakeSGLangServer) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rayspec.bench import merge_results
+
+    fake_server.set_behaviour(FakeBehaviour(ttft_s=0.02, gap_s=0.005, pattern=(1,)))
+    plan = BenchPlan(
+        scenarios=(Scenario("c4", concurrency=4, requests_per_run=8, max_tokens=6),), repeats=2
+    )
+    sync = _ThreadBarrier(2)
+    with ThreadPoolExecutor(2) as pool:
+        futures = [
+            pool.submit(run_benchmark_detailed, fake_server.base_url, plan, shard=Shard(k, 2),
+                        sync=sync)
+            for k in range(2)
+        ]  # fmt: skip
+        parts = [f.result(timeout=60) for f in futures]
+    assert [r.index for r in parts[0].records if r.run == 0] == [0, 2, 4, 6]
+    merged = merge_results(parts, plan)
+    assert merged.stopped == ""
+    assert [(r.run, r.index) for r in merged.records if r.run >= 0] == [
+        (run, i) for run in (0, 1) for i in range(8)
+    ]
+    assert [r.run for r in merged.runs] == [-1, 0, 1]
+    assert all(r.concurrency == 4 for r in merged.records)
+    assert fake_server.flush_calls == 1  # only shard 0 flushes
+    assert _max_overlap(fake_server) == 4
+    assert merged.runs[1].tok_s == pytest.approx(run_tok_s(merged.runs[1].records))
+
+
+def test_sharded_needs_sync(fake_server: FakeSGLangServer) -> None:
+    with pytest.raises(ValueError, match="RunSync"):
+        run_benchmark_detailed(fake_server.base_url, BenchPlan(), shard=Shard(0, 2))
