@@ -154,22 +154,22 @@ class StudyHandle:
         self.study.enqueue_trial(complete, user_attrs=dict(attrs), skip_if_exists=False)
 
     # -- resume ---------------------------------------------------------------------------
-    def recover_interrupted(self) -> list[FrozenTrial]:
-        """Fail the trials a killed driver left RUNNING and enqueue their configurations again.
+    def running(self) -> list[FrozenTrial]:
+        """Trials left RUNNING: by a killed driver, when this driver is the only writer."""
+        return self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
-        Only safe when this driver is the study's only writer (the default local set-up).
+    def requeue(self, trial: FrozenTrial) -> None:
+        """Queue an interrupted trial's configuration again, once (idempotent).
+
+        The retry's ``retry_of`` attribute is what marks ``trial`` as interrupted.
         """
-        stale = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        for t in stale:
-            self.study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            # Re-enqueued with a back-reference: that is what marks t as interrupted.
-            self.study.enqueue_trial(dict(t.params), user_attrs={ATTR_RETRY_OF: t.number})
-        if stale:
-            _log.warning(
-                "trials %s were running when the last driver died: failed and queued again",
-                [t.number for t in stale],
-            )
-        return stale
+        if trial.number in self.interrupted():
+            return
+        self.study.enqueue_trial(dict(trial.params), user_attrs={ATTR_RETRY_OF: trial.number})
+
+    def fail(self, number: int) -> None:
+        """Mark a trial FAIL (no-op when it already finished)."""
+        self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
 
 
 def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:

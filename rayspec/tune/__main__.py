@@ -111,6 +111,9 @@ def _run(cfg: ExperimentConfig) -> int:
     else:
         _say(f"engine: sglang — real servers ({cfg.server.model_path})")
     cluster = connect(cfg)
+    # ray.init installs its own SIGTERM handler (it aborts the process): ours goes on top, so
+    # SIGTERM stops the servers and exits 130 like Ctrl-C.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     _say(cluster.describe())
     try:
         outcome = run_study(cfg, printer=_say, slots=cluster.slots)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rayspec._config import ExperimentConfig
+from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
 from rayspec._types import TrialResult
@@ -37,6 +38,7 @@ from rayspec.tune._decide import comparison_metrics
 from rayspec.tune._report import StudyReport
 from rayspec.tune._report import build_report
 from rayspec.tune._report import candidate_from_row
+from rayspec.tune._trial import LIVE_ACTORS
 from rayspec.tune._trial import failed_result
 from rayspec.tune._trial import objective_scenario
 from rayspec.tune._trial import run_trial
@@ -157,40 +159,65 @@ def _extra(
     return extra
 
 
+def _candidate_of(handle: StudyHandle, params: dict[str, Any]) -> Candidate:
+    try:
+        return handle.space.candidate(params) if params else Candidate()
+    except ConfigError:  # the space changed since: still record what happened
+        return Candidate()
+
+
 def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) -> None:
-    """Reconcile Optuna with Parquet after a killed driver."""
+    """Reconcile Optuna with Parquet after a killed driver.
+
+    Every step is idempotent and ordered so that a driver killed in the middle of it leaves a
+    state the next run repairs: the Parquet row first, then the retry, then Optuna's state.
+    """
     from optuna.trial import TrialState
 
     stored = {int(r["trial"]): r for r in store.load_trials().to_pylist()}
-    running = handle.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    for t in running:
+    states = {"COMPLETE": TrialState.COMPLETE, "PRUNED": TrialState.PRUNED,
+              "FAIL": TrialState.FAIL}  # fmt: skip
+    interrupted = FailureReason.INTERRUPTED.value
+    for t in handle.running():
         row = stored.get(t.number)
-        if (
-            row is not None
-            and row["state"] in ("COMPLETE", "PRUNED", "FAIL")
-            and (row.get("failure") != FailureReason.INTERRUPTED.value)
-        ):
-            state = {"COMPLETE": TrialState.COMPLETE, "PRUNED": TrialState.PRUNED,
-                     "FAIL": TrialState.FAIL}[row["state"]]  # fmt: skip
+        if row is not None and row.get("failure") != interrupted:
+            # Measured and stored, but the driver died before telling Optuna: nothing lost.
+            state = states[row["state"]]
             value = row["value"] if state is TrialState.COMPLETE else None
             handle.study.tell(t.number, value, state=state, skip_if_finished=True)
             printer(f"recovered trial {t.number} from its Parquet row ({row['state']})")
-    stale = handle.recover_interrupted()
-    for t in stale:
+            continue
         params = dict(t.params)
-        try:
-            candidate = handle.space.candidate(params) if params else Candidate()
-        except Exception:  # noqa: BLE001 - a foreign param set: still record the failure
-            candidate = Candidate()
-        result = failed_result(
-            t.number,
-            candidate,
-            FailureReason.INTERRUPTED,
-            "the driver stopped while this trial ran; its configuration was queued again",
-            start=t.datetime_start.timestamp() if t.datetime_start else None,
-        )
-        store.append_trial(result, _extra(params, dict(t.user_attrs)))
+        if row is None:
+            result = failed_result(
+                t.number,
+                _candidate_of(handle, params),
+                FailureReason.INTERRUPTED,
+                "the driver stopped while this trial ran; its configuration was queued again",
+                start=t.datetime_start.timestamp() if t.datetime_start else None,
+            )
+            store.append_trial(result, _extra(params, dict(t.user_attrs)))
+        handle.requeue(t)
+        handle.fail(t.number)
         printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")
+    # A finished trial without a row (only a driver of an older order could leave one).
+    finished = handle.study.get_trials(deepcopy=False, states=tuple(states.values()))
+    retried = handle.interrupted()
+    for t in finished:
+        if t.number in stored:
+            continue
+        params = dict(t.params)
+        reason = interrupted if t.number in retried else t.user_attrs.get("failure_reason")
+        result = TrialResult(
+            trial=t.number, state=t.state.name, value=t.value,
+            candidate=_candidate_of(handle, params), launch=None, metrics={}, requests=(),
+            start_unix_s=t.datetime_start.timestamp() if t.datetime_start else time.time(),
+            end_unix_s=t.datetime_complete.timestamp() if t.datetime_complete else time.time(),
+            failure=None if t.state is TrialState.COMPLETE else (reason or "unknown"),
+            failure_detail="rebuilt from the Optuna storage (no Parquet row was written)",
+        )  # fmt: skip
+        store.append_trial(result, _extra(params, dict(t.user_attrs)))
+        printer(f"trial {t.number}: Parquet row rebuilt from the Optuna storage")
 
 
 def _load_ledger(
@@ -291,8 +318,11 @@ def run_study(
                     free_slots.append(slot)
                     record(trial, candidate, future.result())
         except BaseException:
+            # Ctrl-C, SIGTERM or a bug: stop every running server now rather than letting the
+            # pool wait for trials to finish; their trials stay RUNNING and are retried on resume.
             for future in pending:
                 future.cancel()
+            LIVE_ACTORS.kill_all()
             raise
     roles = _roles(handle)
     report = build_report(store.load_trials().to_pylist(), roles, alpha=cfg.study.alpha)

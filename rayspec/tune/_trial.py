@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -41,6 +42,48 @@ PhaseCallback = Callable[[int, str], None]
 # Called with the objective scenario's per-run values so far; True stops the trial (pruned).
 RunsCallback = Callable[[int, Sequence[float]], bool]
 _POLL_S = 0.5
+
+
+class _LiveActors:
+    """Every actor a running trial holds, so an interrupted driver can stop them at once.
+
+    Killing a ServerActor ends its server tree (the reaper watches the actor's process), and
+    the trial's thread, blocked in ``ray.get``, returns with an error instead of finishing.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._actors: dict[int, list[Any]] = {}
+
+    def add(self, trial: int, actor: Any) -> None:
+        with self._lock:
+            self._actors.setdefault(trial, []).append(actor)
+
+    def drop(self, trial: int) -> None:
+        with self._lock:
+            self._actors.pop(trial, None)
+
+    def kill_all(self) -> int:
+        with self._lock:
+            actors = [a for group in self._actors.values() for a in group]
+            self._actors.clear()
+        for actor in actors:
+            try:
+                ray.kill(actor)
+            except ray.exceptions.RayError:
+                pass
+        return len(actors)
+
+
+LIVE_ACTORS = _LiveActors()
+
+
+def _message(exc: BaseException) -> str:
+    """An error's own message: Ray wraps remote errors with a traceback and colour codes."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        exc = cause
+    return str(exc.args[0]) if exc.args else type(exc).__name__
 
 
 def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
@@ -146,6 +189,7 @@ def run_trial(
         num_gpus=cfg.server.tp_size,
         name=f"rayspec-server-trial-{number}",
     ).remote()
+    LIVE_ACTORS.add(number, server)
     bench = None
     node_ip = ""
     try:
@@ -158,6 +202,7 @@ def run_trial(
         bench = BenchActor.options(
             name=f"rayspec-bench-trial-{number}", scheduling_strategy=strategy
         ).remote()
+        LIVE_ACTORS.add(number, bench)
         phase(number, "starting server")
         ray.get(server.start.remote(launch))
         phase(number, "waiting for ready")
@@ -171,12 +216,12 @@ def run_trial(
         )  # fmt: skip
     except LaunchError as exc:
         return failed_result(
-            number, candidate, exc.reason, str(exc), launch=launch, start=start,
+            number, candidate, exc.reason, _message(exc), launch=launch, start=start,
             log_tail=exc.log_tail or _log_tail(server), node=node_ip,
         )  # fmt: skip
     except ray.exceptions.RayError as exc:
         return failed_result(
-            number, candidate, FailureReason.UNKNOWN, f"{type(exc).__name__}: {exc}"[:2000],
+            number, candidate, FailureReason.UNKNOWN, _message(exc)[:2000],
             launch=launch, start=start, log_tail=_log_tail(server), node=node_ip,
         )  # fmt: skip
     finally:
@@ -184,6 +229,7 @@ def run_trial(
         _stop(server, cfg.server.stop_timeout_s)
         if bench is not None:
             ray.kill(bench)
+        LIVE_ACTORS.drop(number)
 
 
 def _run_bench(

@@ -55,8 +55,12 @@ def test_resume_counts_and_interrupted_trials(tmp_path) -> None:
 
     again = open_study(cfg, space)  # a new driver on the same storage
     assert len(again.finished()) == 3
-    stale = again.recover_interrupted()
+    stale = again.running()
     assert [t.number for t in stale] == [running.number]
+    for t in stale:
+        again.requeue(t)
+        again.requeue(t)  # idempotent: one retry
+        again.fail(t.number)
     assert again.study.trials[running.number].state is TrialState.FAIL
     assert again.interrupted() == {running.number}
     assert len(again.finished()) == 3  # the interrupted one does not count
