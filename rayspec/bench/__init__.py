@@ -3,7 +3,8 @@
 A :class:`BenchPlan` of :class:`Scenario` s is run against a live server by
 :func:`run_benchmark` (or :data:`BenchActor` on the server's node); every request becomes a
 :class:`~rayspec.RequestRecord`, and :func:`summarize` / :func:`compare` turn records into
-float metrics and significance statements.
+float metrics and significance statements. :func:`run_sharded` spreads a load that one client
+process cannot stream on its own over several BenchActors.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The benchmark client as a Ray actor, to be placed on the node of the server it measures."""
+"""The benchmark client as a Ray actor, placed on the node of the server it measures, and
+:func:`run_sharded`, which spreads one plan's load over several such actors in step."""
 
 from __future__ import annotations
 
