@@ -194,11 +194,6 @@ def test_next_trial_starts_cleanly_and_nothing_survives(fault_study: FaultStudy,
     assert fs.rows[following]["failure"] != FailureReason.UNKNOWN.value
 
 
-@pytest.mark.xfail(
-    reason="failure_detail of a server failure is str() of Ray's RayTaskError wrapper: ANSI "
-    "colour codes, pid/actor id and a traceback before the message (run_trial uses str(exc))",
-    strict=True,
-)
 def test_failure_detail_is_the_servers_message(fault_study: FaultStudy) -> None:
     for index, (what, _, reason, _) in enumerate(FAULTS):
         if reason in ("infeasible", "crash_mid_benchmark", "stalled_stream"):

@@ -120,16 +120,10 @@ def signalled(ray_cluster, tmp_path_factory):
     return run
 
 
-SIGINT_BUG = (
-    "Ctrl-C does not stop the running trial: run_study's ThreadPoolExecutor joins the trial's "
-    "thread on the way out, so the server benchmarks (or waits for readiness) to the end"
-)
-
-
 @pytest.mark.parametrize(
     "how",
     [
-        pytest.param("SIGINT", marks=pytest.mark.xfail(reason=SIGINT_BUG, strict=True)),
+        "SIGINT",
         "SIGTERM",
         "SIGKILL",
     ],
@@ -140,16 +134,8 @@ def test_no_server_survives_a_signalled_driver(signalled, how) -> None:
     assert run.code is not None, f"the driver still runs after {how}:\n{run.output}"
 
 
-@pytest.mark.parametrize(
-    ("how", "bug"),
-    [
-        ("SIGINT", SIGINT_BUG),
-        ("SIGTERM", "ray.init() installs Ray's own SIGTERM handler over rayspec's: the driver "
-                    "aborts (exit -6, a C++ stack dump) instead of exiting 130 as interrupted"),
-    ],
-)  # fmt: skip
-def test_an_interrupted_driver_says_so_and_exits_130(signalled, how, bug, request) -> None:
-    request.applymarker(pytest.mark.xfail(reason=bug, strict=True))
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_driver_says_so_and_exits_130(signalled, how) -> None:
     run = signalled(how)
     assert run.code == 130, f"exit {run.code}:\n{run.output}"
     assert "interrupted: servers stopped" in run.output

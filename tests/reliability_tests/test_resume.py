@@ -209,20 +209,11 @@ def test_killed_between_the_parquet_row_and_tell(tmp_path, monkeypatch) -> None:
     assert facts["rows"][2]["state"] == "COMPLETE" and not facts["retried_by"]
 
 
-RECOVERY_BUG = (
-    "_recover is not crash-safe: StudyHandle.recover_interrupted tells FAIL, then enqueues the "
-    "retry, then _recover writes the interrupted row; a driver killed between those writes "
-    "leaves a FAIL trial with no Parquet row (and, before the enqueue, no retry), which no "
-    "later run repairs"
-)
-
-
-@pytest.mark.xfail(reason=RECOVERY_BUG, strict=True)
-@pytest.mark.parametrize("killed_after", ["tell FAIL", "enqueue retry"])
-def test_killed_while_reconciling_an_interrupted_trial(
-    tmp_path, monkeypatch, killed_after
-) -> None:
+@pytest.mark.parametrize("killed_at", ["interrupted row", "retry enqueue", "tell FAIL"])
+def test_killed_while_reconciling_an_interrupted_trial(tmp_path, monkeypatch, killed_at) -> None:
+    """Each write of the reconciliation, killed just before it: the next driver repairs it."""
     import optuna
+    from optuna.trial import TrialState
 
     from rayspec.store import ParquetTrialStore
     from rayspec.tune import run_study
@@ -232,22 +223,30 @@ def test_killed_while_reconciling_an_interrupted_trial(
         run_study(cfg, printer=_quiet, trial_fn=_dies_at(1))
     real_enqueue = optuna.Study.enqueue_trial
     real_append = ParquetTrialStore.append_trial
+    real_tell = optuna.Study.tell
 
     def enqueue(self, params=None, user_attrs=None, **kwargs):
-        if killed_after == "tell FAIL" and "retry_of" in (user_attrs or {}):
-            raise Killed("killed between tell(FAIL) and enqueue_trial")
+        if killed_at == "retry enqueue" and "retry_of" in (user_attrs or {}):
+            raise Killed("killed before the retry was enqueued")
         return real_enqueue(self, params, user_attrs, **kwargs)
 
     def append(self, result, extra=None):
-        if killed_after == "enqueue retry" and result.failure == INTERRUPTED:
-            raise Killed("killed between enqueue_trial and the interrupted row")
+        if killed_at == "interrupted row" and result.failure == INTERRUPTED:
+            raise Killed("killed before the interrupted row was written")
         return real_append(self, result, extra)
+
+    def tell(self, trial, values=None, state=None, **kwargs):
+        if killed_at == "tell FAIL" and state is TrialState.FAIL:
+            raise Killed("killed before Optuna was told FAIL")
+        return real_tell(self, trial, values, state=state, **kwargs)
 
     monkeypatch.setattr(optuna.Study, "enqueue_trial", enqueue)
     monkeypatch.setattr(ParquetTrialStore, "append_trial", append)
+    monkeypatch.setattr(optuna.Study, "tell", tell)
     with pytest.raises(Killed):  # driver 2 dies while it reconciles
         run_study(cfg, printer=_quiet, trial_fn=_fake_trial)
     monkeypatch.undo()
     run_study(cfg, printer=_quiet, trial_fn=_fake_trial)  # driver 3 finishes
     facts = check_consistent(cfg.out_dir, cfg.storage_url, cfg.study.name, 4)
     assert facts["rows"][1]["failure"] == INTERRUPTED
+    assert list(facts["retried_by"]) == [1]  # retried exactly once
