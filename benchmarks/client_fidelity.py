@@ -41,9 +41,14 @@ Measured 2026-11-29 on the 2-core CI box (load average 1.6; server and client sh
     client capacity (unpaced, 64 x 500 tokens): 18,413 tok per client CPU-second at 1 tok/chunk,
     28,241 at 2 tok/chunk (goal 10,000).
 
+    A second full run (load average 1.7): c1 rows -0.06/-0.07/-0.12 %, fake c64 -1.43 % (client
+    at 100 % of a core), twin c64 -0.86 %; capacity 14,286 and 35,074 tok per CPU-second. The
+    box is shared, so capacity figures move by +-30 % between runs.
+
 Reading: at concurrency 1 the client is within 0.1 % of the server's schedule. At 64 streams x
 100 tok/s with one token per chunk (6,400 chunks/s, each in its own read) one client process
-used 97 % of a core, read the last chunks ~0.1 s late and under-measured by 3.4 %: that run was
+used 97-100 % of a core, read the last chunks ~0.03-0.1 s late and under-measured by 1.4-3.4 %:
+that run was
 flagged client-bound (``RunReport.client_bound``); spread such loads over several BenchActors.
 The twin at 64 streams (~930 tok/s, speculative chunks) stays within 1 %.
 """
