@@ -48,8 +48,8 @@ Measured 2026-11-29 on the 2-core CI box (load average 1.6; server and client sh
 Reading: at concurrency 1 the client is within 0.1 % of the server's schedule. At 64 streams x
 100 tok/s with one token per chunk (6,400 chunks/s, each in its own read) one client process
 used 97-100 % of a core, read the last chunks ~0.03-0.1 s late and under-measured by 1.4-3.4 %:
-that run was
-flagged client-bound (``RunReport.client_bound``); spread such loads over several BenchActors.
+such runs are flagged client-bound (``RunReport.client_bound``); spread those loads over several
+BenchActors (``rayspec.bench.run_sharded``).
 The twin at 64 streams (~930 tok/s, speculative chunks) stays within 1 %.
 """
 
