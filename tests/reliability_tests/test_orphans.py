@@ -85,18 +85,28 @@ _RUNS: dict[str, SignalRun] = {}
 
 
 def _signal_driver(tmp_path_factory, how: str, cluster: dict[str, str]) -> SignalRun:
-    """Start a study, wait for "benchmarking", send the signal, and watch what is left."""
+    """Start a study, wait for the phase, send the signal, and watch what is left.
+
+    ``how`` is a signal name, optionally ``@starting``: sent while trial 0 waits for a server
+    that never becomes ready (else while it benchmarks).
+    """
+    name, _, when = how.partition("@")
     index = len(_RUNS)
     port = BASE_PORT + 10 + index
-    folder = str(tmp_path_factory.mktemp(f"signal-{how.lower()}"))
-    path = experiment(folder, name="sig", port=port, n_trials=3, bench=LONG_BENCH, cluster=cluster)
+    folder = str(tmp_path_factory.mktemp(f"signal-{name.lower()}-{when or 'bench'}"))
+    server = {"startup_timeout_s": 120, "twin": {"startup_s": 0.2, "fault": "never-ready"}}
+    path = experiment(
+        folder, name="sig", port=port, n_trials=3, bench=LONG_BENCH, cluster=cluster,
+        server=server if when == "starting" else None,
+    )  # fmt: skip
+    phase = "waiting for ready" if when == "starting" else "benchmarking"
     needles = (os.path.join(folder, "sig"), f"--port {port} ")
     driver = Driver([path])
     try:
-        line = driver.wait_for(r"\[trial 0\] benchmarking", timeout_s=150)
+        line = driver.wait_for(rf"\[trial 0\] {phase}", timeout_s=150)
         assert line is not None, driver.output()
-        assert processes_with(*needles), "no server found while benchmarking"
-        driver.signal(getattr(signal, how))
+        assert processes_with(*needles), f"no server found while {phase}"
+        driver.signal(getattr(signal, name))
         survivors = wait_no_processes(*needles, timeout_s=GONE_WITHIN_S)
         code = driver.wait(timeout_s=5.0 if survivors else GONE_WITHIN_S)
         return SignalRun(code, survivors, driver.output())
@@ -120,21 +130,14 @@ def signalled(ray_cluster, tmp_path_factory):
     return run
 
 
-@pytest.mark.parametrize(
-    "how",
-    [
-        "SIGINT",
-        "SIGTERM",
-        "SIGKILL",
-    ],
-)
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGKILL", "SIGINT@starting"])
 def test_no_server_survives_a_signalled_driver(signalled, how) -> None:
     run = signalled(how)
     assert run.survivors == {}, f"alive {GONE_WITHIN_S:g} s after {how}: {run.survivors}"
     assert run.code is not None, f"the driver still runs after {how}:\n{run.output}"
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM", "SIGINT@starting"])
 def test_an_interrupted_driver_says_so_and_exits_130(signalled, how) -> None:
     run = signalled(how)
     assert run.code == 130, f"exit {run.code}:\n{run.output}"

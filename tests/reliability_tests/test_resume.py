@@ -145,6 +145,10 @@ def test_random_kills_then_resume_lose_nothing(ray_cluster, tmp_path) -> None:
         assert rows[number]["failure"] == INTERRUPTED
         assert number in facts["retried_by"]
     assert {n for n, r in rows.items() if r["failure"] == INTERRUPTED} == running_at_kill
+    # A healthy twin fails only what is never launched: no trial of a new driver tripped over
+    # what a killed one left (a taken port, a busy GPU).
+    others = {r["failure"] for r in rows.values() if r["failure"] not in (None, INTERRUPTED)}
+    assert others <= {"infeasible"}, [(n, r["failure_detail"]) for n, r in rows.items()]
     assert any(f"[{n_trials}/{n_trials}] trial" in line for line in final.lines), final.output()
 
 
