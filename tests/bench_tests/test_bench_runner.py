@@ -71,7 +71,7 @@ def test_field_protocol_shape(fake_server: FakeSGLangServer) -> None:
 
 
 def test_closed_loop_concurrency(fake_server: FakeSGLangServer) -> None:
-    fake_server.set_behaviour(FakeBehaviour(ttft_s=0.02, gap_s=0.005, pattern=(1,)))
+    fake_server.set_behaviour(FakeBehaviour(ttft_s=0.08, gap_s=0.005, pattern=(1,)))
     plan = BenchPlan(
         scenarios=(Scenario("c4", concurrency=4, requests_per_run=10, max_tokens=8),),
         warmup=0,
@@ -251,7 +251,7 @@ def test_sharded_run_in_step(fake_server: FakeSGLangServer) -> None:
 
     from rayspec.bench import merge_results
 
-    fake_server.set_behaviour(FakeBehaviour(ttft_s=0.02, gap_s=0.005, pattern=(1,)))
+    fake_server.set_behaviour(FakeBehaviour(ttft_s=0.08, gap_s=0.005, pattern=(1,)))
     plan = BenchPlan(
         scenarios=(Scenario("c4", concurrency=4, requests_per_run=8, max_tokens=6),), repeats=2
     )
