@@ -41,32 +41,26 @@ class Measured:
         return float(np.mean(finite)) if finite else math.nan
 
 
-def _std(values: Sequence[float]) -> float:
-    x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    return float(x.std(ddof=1)) if x.size >= 2 else math.nan
-
-
 def cannot_beat(runs: Sequence[float], incumbent: Sequence[float], *, min_runs: int = 1) -> bool:
     """Whether a trial with ``runs`` so far cannot beat the incumbent (prune it).
 
-    The rule is a one-sided 99 % bound (conservative: a pruned trial is never measured again):
-    prune when ``mean(runs) + t(0.99, df) * s / sqrt(n) < mean(incumbent)``, where ``s`` is the
-    larger of
-    the trial's and the incumbent's run-to-run standard deviation (a trial with one run has none
-    of its own) and ``df`` the degrees of freedom that estimate came from. Without an incumbent
-    with at least two runs nothing is pruned.
+    The rule is a one-sided 99 % upper bound on the trial's mean (conservative: a pruned trial
+    is never measured again): prune when ``mean(runs) + t(0.99, df) * s / sqrt(n)`` is below
+    ``mean(incumbent)``. ``s`` pools the run-to-run variance of the trial and the incumbent
+    (the same server set-up under the same protocol), so a trial can be judged after its first
+    run; ``df`` counts both. Without an incumbent of at least two runs nothing is pruned.
     """
-    x = [v for v in runs if math.isfinite(v)]
-    inc = [v for v in incumbent if math.isfinite(v)]
-    if len(x) < min_runs or len(inc) < 2:
+    x = np.asarray([v for v in runs if math.isfinite(v)], dtype=float)
+    inc = np.asarray([v for v in incumbent if math.isfinite(v)], dtype=float)
+    if x.size < max(1, min_runs) or inc.size < 2:
         return False
-    s_inc, s_own = _std(inc), _std(x)
-    if math.isfinite(s_own) and s_own > s_inc:
-        s, df = s_own, len(x) - 1
-    else:
-        s, df = s_inc, len(inc) - 1
-    upper = float(np.mean(x)) + t_ppf(0.99, df) * s / math.sqrt(len(x))
-    return upper < float(np.mean(inc))
+    df = (x.size - 1) + (inc.size - 1)
+    ss = float(((inc - inc.mean()) ** 2).sum())
+    if x.size >= 2:
+        ss += float(((x - x.mean()) ** 2).sum())
+    s = math.sqrt(ss / df)
+    upper = float(x.mean()) + t_ppf(0.99, df) * s / math.sqrt(x.size)
+    return upper < float(inc.mean())
 
 
 def comparison_metrics(prefix: str, runs: Sequence[float], other: Sequence[float],

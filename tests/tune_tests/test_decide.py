@@ -37,9 +37,11 @@ def test_no_incumbent_spread_no_pruning() -> None:
     assert not cannot_beat([70.0], INCUMBENT, min_runs=2)
 
 
-def test_own_spread_is_used_when_larger() -> None:
+def test_own_spread_is_pooled() -> None:
     # A noisy trial: its own spread keeps it alive even though its mean is lower.
     assert not cannot_beat([70.0, 100.0], INCUMBENT)
+    # A consistent one with the same mean is clearly below.
+    assert cannot_beat([85.0, 85.2], INCUMBENT)
 
 
 def test_comparison_metrics_names_and_values() -> None:
