@@ -96,7 +96,7 @@ def check_consistent(out_dir: str, storage: str, name: str, n_trials: int) -> di
 def test_random_kills_then_resume_lose_nothing(ray_cluster, tmp_path) -> None:
     import ray
 
-    n_trials = 6
+    n_trials = 8
     path = experiment(
         str(tmp_path), name="resume", port=PORT, n_trials=n_trials,
         cluster={"address": ray.get_runtime_context().gcs_address},
@@ -115,7 +115,7 @@ def test_random_kills_then_resume_lose_nothing(ray_cluster, tmp_path) -> None:
                 # between trials, while reconciling, while recording.
                 started = driver.wait_for(r"\] (placing|starting server)|resuming", 120)
                 assert started is not None, driver.output()
-                time.sleep(rng.uniform(0.0, 9.0))
+                time.sleep(rng.uniform(0.0, 6.0))
                 driver.signal(signal.SIGKILL)
                 code = driver.wait(timeout_s=15)
                 kills += code == -signal.SIGKILL
