@@ -358,7 +358,7 @@ _YAML_BOOL = {"True": "on", "False": "off", "true": "on", "false": "off"}
 
 
 def _normalise(cfg: ExperimentConfig) -> None:
-    """Undo YAML's on/off booleans; put ``unset`` first in NCCL choices; drop duplicates."""
+    """Undo YAML's on/off booleans; put ``unset``/``off`` first in choices; drop duplicates."""
     sp = cfg.search.speculative
     sp.modes = [_YAML_BOOL.get(m, m) if _YAML_BOOL.get(m) == SPEC_OFF else m for m in sp.modes]
     for name, choices in list(cfg.search.nccl.items()):
@@ -366,9 +366,10 @@ def _normalise(cfg: ExperimentConfig) -> None:
         rest = [v for v in dict.fromkeys(values) if v != UNSET]
         cfg.search.nccl[name] = [UNSET, *rest]
     for flag, flag_choices in list(cfg.search.flags.items()):
-        cfg.search.flags[flag] = list(
-            dict.fromkeys(_YAML_BOOL.get(str(v), str(v)) for v in flag_choices)
-        )
+        values = [_YAML_BOOL.get(str(v), str(v)) for v in flag_choices]
+        # "off" (SGLang's default: the flag is not passed) is always a choice, as "unset" is
+        # for NCCL variables: the baseline needs it.
+        cfg.search.flags[flag] = ["off", *(v for v in dict.fromkeys(values) if v != "off")]
 
 
 def _fail(key: str, message: str) -> ConfigError:

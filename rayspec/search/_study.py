@@ -153,6 +153,36 @@ class StudyHandle:
         complete = self.space.params_of(self.space.candidate(self.space.coerce(params)))
         self.study.enqueue_trial(complete, user_attrs=dict(attrs), skip_if_exists=False)
 
+    def seed(self) -> None:
+        """Queue the baseline, then ``study.enqueue``, before anything the sampler picks.
+
+        Idempotent and resumable: each configuration carries its role, and only the roles the
+        study does not hold yet are queued, in order. A driver killed half-way through seeding
+        loses none. Once the sampler has proposed a trial the study counts as seeded.
+        """
+        if self.study.user_attrs.get("seeded"):
+            return
+        trials = self.study.get_trials(deepcopy=False)
+        if any("role" not in t.user_attrs and ATTR_RETRY_OF not in t.user_attrs for t in trials):
+            self.study.set_user_attr("seeded", True)  # an older study, already past seeding
+            return
+        have = {t.user_attrs.get("role") for t in trials}
+        wanted = [("baseline", self.space.params_of(self.space.baseline()))]
+        wanted += [(f"enqueued[{i}]", p) for i, p in enumerate(self.cfg.study.enqueue)]
+        for role, params in wanted:
+            if role in have:
+                continue
+            try:
+                self.enqueue(params, role=role)
+            except ConfigError as exc:
+                key = (
+                    "study.enqueue" + role.removeprefix("enqueued")
+                    if role != "baseline"
+                    else "study"
+                )
+                raise ConfigError(f"{key}.{exc}") from exc
+        self.study.set_user_attr("seeded", True)
+
     # -- resume ---------------------------------------------------------------------------
     def running(self) -> list[FrozenTrial]:
         """Trials left RUNNING: by a killed driver, when this driver is the only writer."""
@@ -201,13 +231,7 @@ def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
             f"study.name: study {cfg.study.name!r} in {cfg.storage_url} was run with engine "
             f"{stored_engine}; choose another study.name for engine {engine}"
         )
-    if not study.trials:
-        handle.enqueue(space.params_of(space.baseline()), role="baseline")
-        for i, params in enumerate(cfg.study.enqueue):
-            try:
-                handle.enqueue(params, role=f"enqueued[{i}]")
-            except ConfigError as exc:
-                raise ConfigError(f"study.enqueue[{i}].{exc}") from exc
+    handle.seed()
     return handle
 
 

@@ -197,6 +197,7 @@ def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) ->
                 start=t.datetime_start.timestamp() if t.datetime_start else None,
             )
             store.append_trial(result, _extra(params, dict(t.user_attrs)))
+            stored[t.number] = {"failure": interrupted}
         handle.requeue(t)
         handle.fail(t.number)
         printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")

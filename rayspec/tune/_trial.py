@@ -217,12 +217,12 @@ def run_trial(
     except LaunchError as exc:
         return failed_result(
             number, candidate, exc.reason, _message(exc), launch=launch, start=start,
-            log_tail=exc.log_tail or _log_tail(server), node=node_ip,
+            log_tail=exc.log_tail or _log_tail(server, launch), node=node_ip,
         )  # fmt: skip
     except ray.exceptions.RayError as exc:
         return failed_result(
             number, candidate, FailureReason.UNKNOWN, _message(exc)[:2000],
-            launch=launch, start=start, log_tail=_log_tail(server), node=node_ip,
+            launch=launch, start=start, log_tail=_log_tail(server, launch), node=node_ip,
         )  # fmt: skip
     finally:
         phase(number, "stopping server")
@@ -278,7 +278,7 @@ def _server_view(bench: Any, server: Any, launch: LaunchSpec) -> dict[str, float
         value = metrics.get(key)
         if isinstance(value, int | float):
             out["metrics_" + key.split(":", 1)[1]] = float(value)
-    lines = parse_decode_lines(_log_tail(server, 4000))
+    lines = parse_decode_lines(_log_tail(server, launch, 4000))
     accepts = [b.accept_len for b in lines if b.accept_len is not None]
     gens = [b.gen_throughput_tok_s for b in lines if b.gen_throughput_tok_s]
     if accepts:
@@ -309,7 +309,7 @@ def _result(
             reason = _death_reason(server)
         return failed_result(
             number, candidate, reason, f"a request failed: {text}"[:2000], launch=launch,
-            start=start, log_tail=_log_tail(server), requests=records, node=node_ip,
+            start=start, log_tail=_log_tail(server, launch), requests=records, node=node_ip,
         )  # fmt: skip
     scenarios = [sc.name for sc in cfg.scenarios()]
     metrics = dict(summarize(records, scenario=scenarios[0]))
@@ -372,10 +372,17 @@ def _alive(server: Any) -> bool:
         return False
 
 
-def _log_tail(server: Any, lines: int = 40) -> str:
+def _log_tail(server: Any, launch: LaunchSpec, lines: int = 40) -> str:
+    """The server log's last lines: from the actor, or from the file when the actor is gone
+    and the log is on this machine (a local cluster)."""
     try:
         return str(ray.get(server.log_tail.remote(lines), timeout=10))
     except (ray.exceptions.RayError, TimeoutError):
+        pass
+    try:
+        with open(launch.log_path, encoding="utf-8", errors="replace") as fh:
+            return "".join(fh.readlines()[-lines:])
+    except OSError:
         return ""
 
 
