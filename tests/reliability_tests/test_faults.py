@@ -21,11 +21,10 @@ from rayspec._exceptions import FailureReason
 from rayspec._exceptions import ServerExited
 from rayspec._types import LaunchSpec
 from tests.reliability_tests._support import experiment
+from tests.reliability_tests._support import free_port
 from tests.reliability_tests._support import kill_leftovers
 from tests.reliability_tests._support import processes_with
 from tests.reliability_tests._support import wait_no_processes
-
-PORT = 31811
 
 # (what is injected, the enqueued parameters, the expected reason, a line the log tail must
 # hold: SGLang's own failure text, sglang-contract §6.5, or None where there is none)
@@ -41,7 +40,7 @@ FAULTS: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("NCCL_ALGO=CollNetDirect", {"nccl.NCCL_ALGO": "CollNetDirect"}, "nccl_first_collective",
      "NCCL_ALGO was set to CollNetDirect"),
     ("never-ready", {"flags.--twin-fault": "never-ready"}, "never_ready", None),
-    # the twin's own warm-up and the bench's warm-up take 20 tokens each: dies in the run
+    # counted from ready: the bench's warm-up takes 20 tokens, so it dies in the measured run
     ("crash-after:30", {"flags.--twin-fault": "crash-after:30"}, "crash_mid_benchmark",
      "Scheduler hit an exception"),
     ("stall:30", {"flags.--twin-fault": "stall:30"}, "stalled_stream", None),
@@ -63,6 +62,7 @@ class TrialCheck:
 
 @dataclass
 class FaultStudy:
+    port: int
     out_dir: str
     storage: str
     study_name: str
@@ -89,10 +89,11 @@ def fault_study(ray_cluster, tmp_path_factory) -> FaultStudy:
     from rayspec.tune._trial import run_trial
 
     folder = str(tmp_path_factory.mktemp("faults"))
+    port = free_port()
     path = experiment(
         folder,
         name="faults",
-        port=PORT,
+        port=port,
         n_trials=len(FAULTS) + 2,
         enqueue=[params for _, params, _, _ in FAULTS] + [HEALTHY_LAST],
         flags={"--twin-fault": ["off", *(p["flags.--twin-fault"] for _, p, _, _ in FAULTS
@@ -101,11 +102,11 @@ def fault_study(ray_cluster, tmp_path_factory) -> FaultStudy:
                                                                   "CollNetDirect"]},
     )  # fmt: skip
     cfg = load_config(path, [])
-    needles = (cfg.out_dir, f"--port {PORT} ")
+    needles = (cfg.out_dir, f"--port {port} ")
     checks: dict[int, TrialCheck] = {}
 
     def checked_trial(cfg_: Any, number: int, candidate: Any, **kwargs: Any) -> Any:
-        free = _port_free(PORT)
+        free = _port_free(port)
         before = processes_with(*needles)
         try:
             return run_trial(cfg_, number, candidate, **kwargs)
@@ -118,7 +119,7 @@ def fault_study(ray_cluster, tmp_path_factory) -> FaultStudy:
     finally:
         kill_leftovers(*needles)
     rows = {int(r["trial"]): r for r in ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()}
-    return FaultStudy(cfg.out_dir, cfg.storage_url, cfg.study.name, rows, checks, lines)
+    return FaultStudy(port, cfg.out_dir, cfg.storage_url, cfg.study.name, rows, checks, lines)
 
 
 def _optuna_trials(fs: FaultStudy) -> dict[int, Any]:
@@ -183,7 +184,7 @@ def test_next_trial_starts_cleanly_and_nothing_survives(fault_study: FaultStudy,
         assert fs.checks[number].left_after == {}, fs.checks[number].left_after
     following = min(n for n in fs.checks if n > number)  # the next launched trial
     check = fs.checks[following]
-    assert check.port_free_before, f"port {PORT} still taken when trial {following} started"
+    assert check.port_free_before, f"port {fs.port} still taken when trial {following} started"
     assert check.left_before == {}, check.left_before
     log = os.path.join(fs.out_dir, "logs", f"trial-{following:06d}.log")
     with open(log) as fh:
@@ -212,7 +213,7 @@ def test_invalid_draft_tree_launched_directly_is_classified(ray_cluster, tmp_pat
 
     from rayspec.server import ServerActor
 
-    port = PORT + 50
+    port = free_port()
     argv = (
         sys.executable, "-m", "rayspec.twin.server",
         "--model-path", "rayspec-twin/kimi-k2.5-tp8-pcie", "--tp-size", "8",
@@ -255,7 +256,7 @@ def test_a_searched_flag_without_off_does_not_crash_the_study(tmp_path) -> None:
     from tests.reliability_tests.test_resume import _fake_trial
 
     path = experiment(
-        str(tmp_path), name="flags", port=PORT + 60, n_trials=3,
+        str(tmp_path), name="flags", port=free_port(), n_trials=3,
         flags={"--chunked-prefill-size": ["4096", "8192"]},
     )  # fmt: skip
     cfg = load_config(path, [])

@@ -21,11 +21,11 @@ import pytest
 from rayspec._types import LaunchSpec
 from tests.reliability_tests._support import Driver
 from tests.reliability_tests._support import experiment
+from tests.reliability_tests._support import free_port
 from tests.reliability_tests._support import kill_leftovers
 from tests.reliability_tests._support import processes_with
 from tests.reliability_tests._support import wait_no_processes
 
-BASE_PORT = 31830
 # Long enough (about a minute at the twin's rate) that a driver which waits for the trial
 # instead of stopping it is caught by the deadlines below.
 LONG_BENCH = {"max_tokens": 3000, "repeats": 1, "read_timeout_s": 30}
@@ -50,7 +50,7 @@ def test_ray_kill_of_the_server_actor_leaves_nothing(ray_cluster, tmp_path, when
 
     from rayspec.server import ServerActor
 
-    port = BASE_PORT + (1 if when == "ready" else 2)
+    port = free_port()
     extra = ("--twin-fault", "never-ready") if when == "starting" else ()
     launch = _twin_launch(tmp_path, port, *extra)
     needles = (f"--port {port} ", launch.log_path)
@@ -91,8 +91,7 @@ def _signal_driver(tmp_path_factory, how: str, cluster: dict[str, str]) -> Signa
     that never becomes ready (else while it benchmarks).
     """
     name, _, when = how.partition("@")
-    index = len(_RUNS)
-    port = BASE_PORT + 10 + index
+    port = free_port()
     folder = str(tmp_path_factory.mktemp(f"signal-{name.lower()}-{when or 'bench'}"))
     server = {"startup_timeout_s": 120, "twin": {"startup_s": 0.2, "fault": "never-ready"}}
     path = experiment(
@@ -146,7 +145,7 @@ def test_an_interrupted_driver_says_so_and_exits_130(signalled, how) -> None:
 
 def test_sigkill_of_a_driver_with_its_own_local_ray(tmp_path) -> None:
     """The default set-up: the driver starts a private Ray; kill -9 it while benchmarking."""
-    port = BASE_PORT + 20
+    port = free_port()
     path = experiment(str(tmp_path), name="own", port=port, n_trials=3, bench=LONG_BENCH)
     needles = (str(tmp_path / "own"), f"--port {port} ")
     driver = Driver([path, "cluster.num_cpus=2"])
@@ -175,7 +174,7 @@ def killed_mid_trial(ray_cluster, tmp_path_factory):
     from rayspec.tune import run_study
     from rayspec.tune._trial import run_trial
 
-    port = BASE_PORT + 30
+    port = free_port()
     bench = {"max_tokens": 100, "repeats": 1, "read_timeout_s": 10}
     folder = str(tmp_path_factory.mktemp("killed"))
     cfg = load_config(experiment(folder, name="killed", port=port, n_trials=2, bench=bench), [])

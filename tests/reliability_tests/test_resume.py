@@ -29,10 +29,10 @@ from rayspec._exceptions import FailureReason
 from rayspec._types import TrialResult
 from tests.reliability_tests._support import Driver
 from tests.reliability_tests._support import experiment
+from tests.reliability_tests._support import free_port
 from tests.reliability_tests._support import kill_leftovers
 from tests.reliability_tests._support import wait_no_processes
 
-PORT = 31870
 INTERRUPTED = FailureReason.INTERRUPTED.value
 
 
@@ -97,13 +97,14 @@ def test_random_kills_then_resume_lose_nothing(ray_cluster, tmp_path) -> None:
     import ray
 
     n_trials = 8
+    port = free_port()
     path = experiment(
-        str(tmp_path), name="resume", port=PORT, n_trials=n_trials,
+        str(tmp_path), name="resume", port=port, n_trials=n_trials,
         cluster={"address": ray.get_runtime_context().gcs_address},
     )  # fmt: skip
     out = str(tmp_path / "resume")
     storage = os.path.join(out, "optuna.journal")
-    needles = (out, f"--port {PORT} ")
+    needles = (out, f"--port {port} ")
     rng = random.Random(20261129)
     running_at_kill: set[int] = set()
     kills = 0
@@ -182,7 +183,9 @@ def _dies_at(trial: int):
 def _cfg(tmp_path, n_trials: int):
     from rayspec._config import load_config
 
-    return load_config(experiment(str(tmp_path), name="k", port=PORT + 5, n_trials=n_trials), [])
+    return load_config(
+        experiment(str(tmp_path), name="k", port=free_port(), n_trials=n_trials), []
+    )
 
 
 def _quiet(_line: str) -> None:
@@ -293,7 +296,7 @@ def test_killed_while_seeding_the_study_loses_no_enqueued_configuration(
         {"spec.mode": "EAGLE3", "spec.num_steps": 2, "spec.eagle_topk": 1},
         {"nccl.NCCL_PROTO": "LL"},
     ]
-    path = experiment(str(tmp_path), name="seed", port=PORT + 6, n_trials=4, enqueue=enqueue)
+    path = experiment(str(tmp_path), name="seed", port=free_port(), n_trials=4, enqueue=enqueue)
     cfg = load_config(path, [])
     real_enqueue = StudyHandle.enqueue
 
