@@ -242,12 +242,6 @@ def test_invalid_draft_tree_launched_directly_is_classified(ray_cluster, tmp_pat
 # -- a fault of the driver itself ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="search.flags choices without 'off' crash the study at the baseline (Optuna "
-    "ValueError: 'off' not in choices), after --dry-run and preflight passed: _normalise adds "
-    "'unset' to NCCL choices but not 'off' to flag choices",
-    strict=True,
-)
 def test_a_searched_flag_without_off_does_not_crash_the_study(tmp_path) -> None:
     from rayspec._config import load_config
     from rayspec.store import ParquetTrialStore

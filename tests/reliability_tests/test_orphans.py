@@ -213,11 +213,6 @@ def test_server_actor_killed_mid_trial_is_a_recorded_fail(killed_mid_trial) -> N
     assert rows[1]["state"] == "COMPLETE", rows[1]["failure_detail"]
 
 
-@pytest.mark.xfail(
-    reason="run_trial reads the log tail only through the ServerActor (_log_tail): once the "
-    "actor is dead the trial's log_tail is empty, although the log file is still there",
-    strict=True,
-)
 def test_server_actor_killed_mid_trial_keeps_the_log_tail(killed_mid_trial) -> None:
     _, _, rows = killed_mid_trial
     assert "stopping the server tree" in (rows[0]["log_tail"] or ""), rows[0]

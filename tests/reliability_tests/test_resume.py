@@ -259,11 +259,6 @@ def test_killed_while_reconciling_an_interrupted_trial(tmp_path, monkeypatch, ki
     assert list(facts["retried_by"]) == [1]  # retried exactly once
 
 
-@pytest.mark.xfail(
-    reason="_recover writes the interrupted row, then its 'finished trial without a row' loop "
-    "checks the row set read before it and rewrites the row as 'rebuilt from the Optuna storage'",
-    strict=True,
-)
 def test_an_interrupted_trial_is_recorded_once_as_interrupted(tmp_path) -> None:
     from rayspec.store import ParquetTrialStore
     from rayspec.tune import run_study
@@ -280,11 +275,6 @@ def test_an_interrupted_trial_is_recorded_once_as_interrupted(tmp_path) -> None:
     assert not [line for line in lines if "rebuilt" in line], lines
 
 
-@pytest.mark.xfail(
-    reason="open_study enqueues the baseline and study.enqueue only when the study has no "
-    "trials: a driver killed after the baseline's enqueue loses the rest of study.enqueue",
-    strict=True,
-)
 def test_killed_while_seeding_the_study_loses_no_enqueued_configuration(
     tmp_path, monkeypatch
 ) -> None:
