@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger(__name__)
 
-_CLASSIFY_BYTES = 1 << 20  # the log tail that failure classification reads
+_CLASSIFY_BYTES = 1024 * 1024  # enough to see past a long run of readiness-probe lines
 _EXIT_LINE_WAIT_S = 3.0  # how long to wait for the reaper's exit line after a death
 _PROBE_TIMEOUT_S = 10.0
 _TWIN_MODULE = "rayspec.twin.server"
@@ -65,8 +66,14 @@ def read_log_tail(path: str | None, max_bytes: int = _CLASSIFY_BYTES) -> str:
     return data.decode(errors="replace")
 
 
+# The access-log lines of rayspec's own readiness probes (uvicorn's and aiohttp's formats):
+# four a second, they would push the server's last startup line out of a failure's tail.
+_PROBE_LINE = re.compile(r'"(GET|POST) /(health_generate|health|get_server_info|server_info)[ ?]')
+
+
 def _last_lines(text: str, n: int) -> str:
-    return "\n".join(text.splitlines()[-n:]) if n > 0 else ""
+    lines = [ln for ln in text.splitlines() if not _PROBE_LINE.search(ln)]
+    return "\n".join(lines[-n:]) if n > 0 else ""
 
 
 def _runs_twin(argv: Sequence[str]) -> bool:

@@ -126,6 +126,27 @@ def check_port_free(host: str, port: int) -> None:
             ) from exc
 
 
+PORT_WAIT_S = 30.0
+
+
+def wait_port_free(host: str, port: int, timeout_s: float | None = None) -> None:
+    """Wait (bounded) for ``host:port`` to be free, then return; raise if it stays taken.
+
+    On a cluster Ray frees a trial's GPUs as soon as its actor dies, while the previous
+    server's reaper may still be stopping it (up to its grace period): the next trial on that
+    node waits for the port rather than failing at once.
+    """
+    deadline = time.monotonic() + (PORT_WAIT_S if timeout_s is None else timeout_s)
+    while True:
+        try:
+            check_port_free(host, port)
+            return
+        except LaunchError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.25)
+
+
 def start_process(
     launch: LaunchSpec,
     owner_pid: int | None = None,
@@ -154,7 +175,7 @@ def start_process(
     if not launch.argv:
         raise LaunchError("empty argv", reason=FailureReason.INFEASIBLE)
     env = server_environment(launch, base_env)
-    check_port_free(launch.host, launch.port)
+    wait_port_free(launch.host, launch.port)
     log = Path(launch.log_path)
     try:
         log.parent.mkdir(parents=True, exist_ok=True)

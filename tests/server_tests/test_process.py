@@ -140,7 +140,8 @@ def test_invalid_env_names_refused(make_launch, name: str) -> None:
         start_process(dataclasses.replace(launch, env=(), unset_env=(name,)))
 
 
-def test_port_taken(make_launch) -> None:
+def test_port_taken(make_launch, monkeypatch) -> None:
+    monkeypatch.setattr("rayspec.server._process.PORT_WAIT_S", 0.5)  # how long it waits first
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
