@@ -69,6 +69,7 @@ import numpy as np
 
 from rayspec.bench import StreamClient
 from rayspec.bench import StreamResult
+from rayspec.testing import FIELD_TUNED_NCCL
 
 
 @dataclass
@@ -236,14 +237,7 @@ def run_twin(quick: bool) -> list[Row]:
         "--speculative-num-draft-tokens", "3",
         "--twin-seed", "1",
     ]  # fmt: skip
-    tuned = {
-        "NCCL_PROTO": "LL",
-        "NCCL_ALGO": "Ring",
-        "NCCL_P2P_LEVEL": "SYS",
-        "NCCL_MAX_NCHANNELS": "16",
-        "NCCL_BUFFSIZE": "16777216",
-        "NCCL_NTHREADS": "512",
-    }
+    tuned = dict(FIELD_TUNED_NCCL)
     rows = []
     try:
         with TwinProcess(args, env=tuned) as twin:

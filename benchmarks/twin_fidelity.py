@@ -27,19 +27,13 @@ import time
 import httpx
 
 from rayspec._types import SpecSettings
+from rayspec.testing import FIELD_TUNED_NCCL
 from rayspec.twin import PerfModel
 from rayspec.twin import load_profile
 from rayspec.twin import resolve_nccl
 from rayspec.twin._testing import TwinProcess
 
-TUNED = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
+TUNED = dict(FIELD_TUNED_NCCL)
 PROMPT = (
     "Write a detailed essay about the history of tensor parallel inference servers and the "
     "engineering trade-offs of speculative decoding on PCIe machines."

@@ -1,7 +1,21 @@
-"""Contract test suites for implementations of rayspec's interfaces (needs pytest)."""
+"""Contract test suites and the field's reference settings.
+
+The suites need pytest; they load on first use, so the reference settings do not.
+"""
 
 from __future__ import annotations
 
-from rayspec.testing._store import TrialStoreTestCase
+from typing import Any
 
-__all__ = ["TrialStoreTestCase"]
+from rayspec.testing._field import FIELD_TUNED_NCCL
+from rayspec.testing._field import eagle3_flags
+
+__all__ = ["FIELD_TUNED_NCCL", "TrialStoreTestCase", "eagle3_flags"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TrialStoreTestCase":
+        from rayspec.testing._store import TrialStoreTestCase
+
+        return TrialStoreTestCase
+    raise AttributeError(f"module 'rayspec.testing' has no attribute {name!r}")

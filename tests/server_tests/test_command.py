@@ -1,4 +1,4 @@
-"""The real-engine path builds the field's launch (sglang-contract §2.2 + DESIGN.md's tuned NCCL)."""
+"""The real-engine path builds the field's launch (sglang-contract §2.2, DESIGN.md tuned NCCL)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rayspec.search import SearchSpace
 from rayspec.server._command import build_launch
 from rayspec.server._command import cuda_graph_flag
 from rayspec.server._command import shell_line
+from rayspec.testing import FIELD_TUNED_NCCL
 from tests.helpers import FIELD_EXPERIMENT
 from tests.helpers import TWIN_EXPERIMENT
 
@@ -18,14 +19,7 @@ FIELD_OVERRIDES = [
     "server.model_path=/models/kimi-k2.5-int4",
     "server.draft_model_path=/models/kimi-k2.5-eagle3",
 ]
-TUNED = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
+TUNED = dict(FIELD_TUNED_NCCL)
 
 
 def _field_candidate() -> Candidate:

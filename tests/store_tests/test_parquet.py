@@ -37,7 +37,9 @@ def _req(run: int, tok: int = 100) -> RequestRecord:
 def _result(n: int, state: str = "COMPLETE", **metrics: float) -> TrialResult:
     return TrialResult(
         trial=n, state=state, value=metrics.get("tok_s_mean"),
-        candidate=Candidate(nccl_env=(("NCCL_PROTO", "LL"),), spec=SpecSettings("EAGLE3", 2, 1, 3)),
+        candidate=Candidate(
+            nccl_env=(("NCCL_PROTO", "LL"),), spec=SpecSettings("EAGLE3", 2, 1, 3)
+        ),
         launch=LAUNCH, metrics=metrics, requests=(_req(-1), _req(0), _req(1)),
         start_unix_s=10.0, end_unix_s=12.5,
         failure=None if state == "COMPLETE" else "out_of_memory",

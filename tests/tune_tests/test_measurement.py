@@ -13,21 +13,16 @@ from rayspec.bench import Scenario
 from rayspec.bench import compare
 from rayspec.bench import per_run_tok_s
 from rayspec.bench import run_benchmark
+from rayspec.testing import FIELD_TUNED_NCCL
+from rayspec.testing import eagle3_flags
 from rayspec.twin._testing import TwinProcess
 
-TUNED = {
-    "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512",
-}  # fmt: skip
+TUNED = dict(FIELD_TUNED_NCCL)
 PLAN = BenchPlan(scenarios=(Scenario(name="c1", max_tokens=200),), warmup=1, repeats=8)
 
 
 def _spec(steps: int) -> list[str]:
-    return [
-        "--tp-size", "8", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "draft", "--speculative-num-steps", str(steps),
-        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(steps + 1),
-    ]  # fmt: skip
+    return ["--tp-size", "8", *eagle3_flags(steps)]
 
 
 def _measure(args: list[str], seed: int) -> list[float]:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from rayspec.testing import FIELD_TUNED_NCCL
 from rayspec.twin._testing import TwinProcess
 
 SPEC_ARGS = (
@@ -19,14 +20,7 @@ SPEC_ARGS = (
     "--speculative-eagle-topk", "1",
     "--speculative-num-draft-tokens", "3",
 )
-TUNED_NCCL = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
+TUNED_NCCL = dict(FIELD_TUNED_NCCL)
 
 StartTwin = Callable[..., TwinProcess]
 

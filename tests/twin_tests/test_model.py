@@ -13,6 +13,7 @@ import pytest
 
 from rayspec._exceptions import FailureReason
 from rayspec._types import SpecSettings
+from rayspec.testing import FIELD_TUNED_NCCL
 from rayspec.twin._errors import DraftTreeError
 from rayspec.twin._model import PerfModel
 from rayspec.twin._model import build_draft_tree
@@ -28,14 +29,7 @@ from rayspec.twin._profile import load_profile
 
 PROFILE = load_profile("kimi-k2.5-tp8-pcie")
 FLAT_77 = PROFILE.with_acceptance(AcceptanceProfile(kind="flat", a=0.77))
-TUNED_ENV = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
+TUNED_ENV = dict(FIELD_TUNED_NCCL)
 TUNED = resolve_nccl(TUNED_ENV, PROFILE)
 UNTUNED = resolve_nccl({}, PROFILE)
 

@@ -9,6 +9,7 @@ import pytest
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import RayspecError
 from rayspec._types import SpecSettings
+from rayspec.testing import FIELD_TUNED_NCCL
 from rayspec.twin._errors import NcclForbiddenError
 from rayspec.twin._errors import NcclInitError
 from rayspec.twin._errors import NcclNoAlgorithmError
@@ -20,14 +21,7 @@ from rayspec.twin._profile import load_profile
 
 PROFILE = load_profile("kimi-k2.5-tp8-pcie")
 SIZES = (14336, 43008, 86016)  # 14 / 43 / 86 KB: decode, verify of 3, verify of 6
-TUNED = {
-    "NCCL_PROTO": "LL",
-    "NCCL_ALGO": "Ring",
-    "NCCL_P2P_LEVEL": "SYS",
-    "NCCL_MAX_NCHANNELS": "16",
-    "NCCL_BUFFSIZE": "16777216",
-    "NCCL_NTHREADS": "512",
-}
+TUNED = dict(FIELD_TUNED_NCCL)
 SYS = {"NCCL_P2P_LEVEL": "SYS"}
 LL_SYS = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
 
