@@ -120,6 +120,9 @@ class StudyConfig:
     prune_min_runs: int = 1
     # Significance level of the comparisons against the baseline and the incumbent.
     alpha: float = 0.05
+    # The final pick takes a cheaper configuration (fewer draft tokens, then fewer steps) when
+    # it is not significantly slower than the fastest and within this fraction of its mean.
+    pick_margin: float = 0.02
 
 
 @dataclass
@@ -453,6 +456,8 @@ def validate(cfg: ExperimentConfig) -> None:
         )
     if not 0 < s.alpha < 1:
         raise _fail("study.alpha", f"{s.alpha} must be in (0, 1)")
+    if not 0 <= s.pick_margin < 1:
+        raise _fail("study.pick_margin", f"{s.pick_margin} must be in [0, 1)")
     if s.prune_min_runs < 1:
         raise _fail("study.prune_min_runs", "must be at least 1")
     if cfg.cluster.max_concurrent_trials < 0:

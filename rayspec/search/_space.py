@@ -49,6 +49,7 @@ P_MODE = "spec.mode"
 P_STEPS = "spec.num_steps"
 P_TOPK = "spec.eagle_topk"
 P_NDT = "spec.num_draft_tokens"
+ATTR_QUEUED = "queued_params"  # user attribute of an enqueued trial: the parameters it fixes
 FLAG_ON = "on"
 FLAG_OFF = "off"
 
@@ -94,12 +95,34 @@ class SearchSpace:
             params[P_STEPS] = trial.suggest_categorical(P_STEPS, list(self.num_steps))
             params[P_TOPK] = trial.suggest_categorical(P_TOPK, list(self.eagle_topk))
             if params[P_TOPK] > 1:
-                params[P_NDT] = trial.suggest_categorical(P_NDT, list(self.num_draft_tokens))
+                name, choices = self.ndt_param(params[P_STEPS], params[P_TOPK])
+                # A queued configuration keeps the name it was queued under (an impossible
+                # tree queued on purpose is recorded as infeasible, not silently changed).
+                queued = trial.user_attrs.get(ATTR_QUEUED) or {}
+                if P_NDT in queued and name != P_NDT:
+                    name, choices = P_NDT, list(self.num_draft_tokens)
+                params[name] = trial.suggest_categorical(name, choices)
         for name, choices in self.nccl:
             params[_nccl_param(name)] = trial.suggest_categorical(_nccl_param(name), list(choices))
         for flag, choices in self.flags:
             params[_flag_param(flag)] = trial.suggest_categorical(_flag_param(flag), list(choices))
         return self.candidate(params)
+
+    def ndt_param(self, steps: int, topk: int) -> tuple[str, list[int]]:
+        """The draft-token parameter for a tree of ``steps`` x ``topk``, and its choices.
+
+        Only budgets the tree can hold are offered, so the sampler never proposes an
+        impossible tree (a failed trial would teach TPE nothing and it would ask again). The
+        parameter is named by that limit (``spec.num_draft_tokens.upto7``) because Optuna
+        needs one fixed choice list per name; when every declared budget fits, it is plain
+        ``spec.num_draft_tokens``.
+        """
+        limit = topk + (steps - 1) * topk**2 + 1
+        declared = list(self.num_draft_tokens)
+        fit = [n for n in declared if n <= limit]
+        if not fit or len(fit) == len(declared):
+            return P_NDT, declared
+        return f"{P_NDT}.upto{limit}", fit
 
     def grid(self) -> dict[str, list[Any]]:
         """Every parameter with its choices, for Optuna's GridSampler."""
@@ -129,7 +152,7 @@ class SearchSpace:
             steps = int(params[P_STEPS])
             topk = int(params[P_TOPK])
             # topk 1: SGLang forces ndt = steps + 1 (sglang-contract §4.2 rule 9).
-            ndt = steps + 1 if topk == 1 else int(params[P_NDT])
+            ndt = steps + 1 if topk == 1 else int(params[_ndt_key(params)])
             spec = SpecSettings(str(mode), steps, topk, ndt)
         nccl = tuple(
             sorted(
@@ -150,7 +173,7 @@ class SearchSpace:
     def coerce(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Parameters with the speculative numbers as ints (YAML and overrides give text)."""
         out = dict(params)
-        for key in (P_STEPS, P_TOPK, P_NDT):
+        for key in (P_STEPS, P_TOPK, *(k for k in out if k.startswith(P_NDT))):
             if key in out:
                 try:
                     out[key] = int(out[key])
@@ -169,6 +192,10 @@ class SearchSpace:
             P_TOPK: self.eagle_topk,
             P_NDT: self.num_draft_tokens,
         }
+        for k in self.num_steps:
+            for m in self.eagle_topk:
+                name, choices = self.ndt_param(k, m)
+                allowed[name] = tuple(choices)
         allowed.update({_nccl_param(k): v for k, v in self.nccl})
         allowed.update({_flag_param(k): v for k, v in self.flags})
         for key, value in params.items():
@@ -187,7 +214,7 @@ class SearchSpace:
             for key in (P_STEPS, P_TOPK):
                 if key not in params:
                     raise ConfigError(f"{key}: required with {P_MODE}={mode}")
-            if int(params[P_TOPK]) > 1 and P_NDT not in params:
+            if int(params[P_TOPK]) > 1 and not any(k.startswith(P_NDT) for k in params):
                 raise ConfigError(f"{P_NDT}: required with {P_TOPK} > 1")
 
     def params_of(self, candidate: Candidate) -> dict[str, Any]:
@@ -200,7 +227,10 @@ class SearchSpace:
             params[P_STEPS] = candidate.spec.num_steps
             params[P_TOPK] = candidate.spec.eagle_topk
             if candidate.spec.eagle_topk > 1:
-                params[P_NDT] = candidate.spec.num_draft_tokens
+                name, choices = self.ndt_param(candidate.spec.num_steps, candidate.spec.eagle_topk)
+                if candidate.spec.num_draft_tokens not in choices:
+                    name = P_NDT  # a budget the tree cannot hold: only the full list names it
+                params[name] = candidate.spec.num_draft_tokens
         env = candidate.env
         for name, _ in self.nccl:
             params[_nccl_param(name)] = env.get(name, UNSET)
@@ -235,6 +265,10 @@ class SearchSpace:
         for _, choices in (*self.nccl, *self.flags):
             total *= len(choices)
         return total
+
+
+def _ndt_key(params: Mapping[str, Any]) -> str:
+    return next((k for k in params if k.startswith(P_NDT)), P_NDT)
 
 
 def canonical_key(candidate: Candidate) -> str:

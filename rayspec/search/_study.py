@@ -22,6 +22,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._config import Sampler
 from rayspec._exceptions import ConfigError
 from rayspec._types import TrialResult
+from rayspec.search._space import ATTR_QUEUED
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
 
@@ -151,7 +152,8 @@ class StudyHandle:
     def enqueue(self, params: Mapping[str, Any], **attrs: Any) -> None:
         """Queue a configuration; parameters left out mean unset (NCCL) or off (flags)."""
         complete = self.space.params_of(self.space.candidate(self.space.coerce(params)))
-        self.study.enqueue_trial(complete, user_attrs=dict(attrs), skip_if_exists=False)
+        attrs = {**attrs, ATTR_QUEUED: complete}
+        self.study.enqueue_trial(complete, user_attrs=attrs, skip_if_exists=False)
 
     def seed(self) -> None:
         """Queue the baseline, then ``study.enqueue``, before anything the sampler picks.
@@ -195,7 +197,10 @@ class StudyHandle:
         """
         if trial.number in self.interrupted():
             return
-        self.study.enqueue_trial(dict(trial.params), user_attrs={ATTR_RETRY_OF: trial.number})
+        params = dict(trial.params)
+        self.study.enqueue_trial(
+            params, user_attrs={ATTR_RETRY_OF: trial.number, ATTR_QUEUED: params}
+        )
 
     def fail(self, number: int) -> None:
         """Mark a trial FAIL (no-op when it already finished)."""

@@ -96,11 +96,15 @@ class Pick:
         return self.chosen.trial != self.fastest.trial
 
 
-def pick(measured: Sequence[Measured], *, alpha: float = 0.05) -> Pick | None:
+def pick(
+    measured: Sequence[Measured], *, alpha: float = 0.05, margin: float = 0.02
+) -> Pick | None:
     """The fastest trial, unless a cheaper one is within noise of it.
 
-    Cheaper means fewer draft tokens, then fewer steps (:func:`cost_key`). Among the trials
-    whose difference from the fastest is not significant (Welch, ``alpha``), the cheapest wins;
+    Cheaper means fewer draft tokens, then fewer steps (:func:`cost_key`). A trial is within
+    noise of the fastest when the difference is not significant (Welch, ``alpha``) and its
+    mean is within ``margin`` of the fastest's: too few runs make nearly anything "not
+    significant", and that alone must not trade speed away. Among those, the cheapest wins;
     ties go to the higher mean.
     """
     ranked = sorted((m for m in measured if math.isfinite(m.mean)), key=lambda m: -m.mean)
@@ -111,7 +115,7 @@ def pick(measured: Sequence[Measured], *, alpha: float = 0.05) -> Pick | None:
     for m in ranked[1:]:
         c = compare(m.runs, fastest.runs, alpha=alpha)
         # Within noise needs evidence: a test that ran (two runs each) and found no difference.
-        if math.isfinite(c.p_value) and not c.significant:
+        if math.isfinite(c.p_value) and not c.significant and c.ratio >= 1.0 - margin:
             within.append(m)
     chosen = min(within, key=lambda m: (cost_key(m.candidate), -m.mean))
     comparison = None if chosen is fastest else compare(chosen.runs, fastest.runs, alpha=alpha)

@@ -326,7 +326,12 @@ def run_study(
             LIVE_ACTORS.kill_all()
             raise
     roles = _roles(handle)
-    report = build_report(store.load_trials().to_pylist(), roles, alpha=cfg.study.alpha)
+    report = build_report(
+        store.load_trials().to_pylist(),
+        roles,
+        alpha=cfg.study.alpha,
+        margin=cfg.study.pick_margin,
+    )
     return StudyOutcome(report, ran, done_before, time.monotonic() - t0, pruned, saved_s)
 
 

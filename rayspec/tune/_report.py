@@ -98,7 +98,11 @@ def _runs(r: dict[str, Any]) -> tuple[float, ...]:
 
 
 def build_report(
-    trial_rows: list[dict[str, Any]], roles: dict[int, str], *, alpha: float = 0.05
+    trial_rows: list[dict[str, Any]],
+    roles: dict[int, str],
+    *,
+    alpha: float = 0.05,
+    margin: float = 0.02,
 ) -> StudyReport:
     """Rank the stored trials and pick the configuration to deploy.
 
@@ -130,7 +134,9 @@ def build_report(
     ok = sorted((r for r in rows if r.ok), key=lambda r: (-r.tok_s_mean, r.trial))
     baseline = next((r for r in ok if r.role == "baseline"), None)
     by_trial = {r.trial: r for r in ok}
-    choice = pick([Measured(r.trial, r.candidate, r.runs) for r in ok if r.runs], alpha=alpha)
+    choice = pick(
+        [Measured(r.trial, r.candidate, r.runs) for r in ok if r.runs], alpha=alpha, margin=margin
+    )
     best = fastest = ok[0] if ok else None
     note = ""
     if choice is not None:

@@ -34,11 +34,25 @@ def test_topk_one_forces_draft_tokens_and_never_samples_them(space) -> None:
         if cand.spec is None:
             assert not any(k.startswith("spec.") and k != "spec.mode" for k in params)
             continue
+        ndt_keys = [k for k in params if k.startswith(P_NDT)]
         if cand.spec.eagle_topk == 1:
             assert cand.spec.num_draft_tokens == cand.spec.num_steps + 1
-            assert P_NDT not in params  # one candidate, not many
+            assert ndt_keys == []  # one candidate, not many
         else:
-            assert P_NDT in params
+            assert len(ndt_keys) == 1
+
+
+def test_sampler_never_proposes_an_impossible_tree(space) -> None:
+    """Only budgets the tree can hold are offered: a failed trial would teach TPE nothing."""
+    seen = set()
+    for cand, _ in _sample(space, 400, seed=5):
+        if cand.spec is not None:
+            assert cand.spec.fits_tree, cand.spec
+            seen.add((cand.spec.num_steps, cand.spec.eagle_topk, cand.spec.num_draft_tokens))
+    assert (1, 2, 3) in seen and (2, 2, 7) not in seen  # 7 is not declared; 8 does not fit
+    name, choices = space.ndt_param(2, 2)
+    assert name == "spec.num_draft_tokens.upto7" and choices == [2, 3, 4, 6]
+    assert space.ndt_param(3, 4) == ("spec.num_draft_tokens", [2, 3, 4, 6, 8])
 
 
 def test_speculative_numbers_go_together(space) -> None:

@@ -103,3 +103,21 @@ def test_grid_sampler_exhausts(tmp_path) -> None:
         seen.add(cand)
         handle.tell(trial, _result(trial.number, cand, 1.0))
     assert len(seen) == 2  # off x {unset, LL}
+
+
+def test_an_impossible_tree_queued_on_purpose_is_kept(tmp_path) -> None:
+    from tests.helpers import twin_doc
+    from tests.helpers import write_experiment
+
+    doc = twin_doc(
+        str(tmp_path),
+        study={"enqueue": [{"spec.mode": "EAGLE3", "spec.num_steps": 1, "spec.eagle_topk": 2,
+                            "spec.num_draft_tokens": 8}]},
+    )  # fmt: skip
+    cfg = load_config(write_experiment(str(tmp_path), doc))
+    handle = open_study(cfg, SearchSpace.from_config(cfg.search))
+    t0, c0 = handle.ask()
+    handle.tell(t0, _result(t0.number, c0, 60.0))
+    _, cand = handle.ask()
+    assert cand.spec is not None and cand.spec.num_draft_tokens == 8
+    assert not cand.spec.fits_tree  # recorded as infeasible by the driver, not replaced

@@ -85,3 +85,11 @@ def test_pick_needs_evidence_for_within_noise() -> None:
     choice = pick([fast, single])
     assert choice is not None and choice.chosen.trial == 1
     assert pick([]) is None
+
+
+def test_pick_keeps_the_fastest_when_the_cheaper_is_more_than_the_margin_slower() -> None:
+    fast = _m(8, [92.0, 99.0, 86.5], steps=2, topk=2)  # noisy: nothing is significant
+    cheap = _m(7, [87.0, 87.2, 87.1])  # no speculation: 5.6 % slower
+    choice = pick([fast, cheap])
+    assert choice is not None and choice.chosen.trial == 8
+    assert pick([fast, cheap], margin=0.1).chosen.trial == 7  # type: ignore[union-attr]
