@@ -106,11 +106,11 @@ def test_flags_switches_and_values() -> None:
 
 def test_size_counts_canonical_feasible_points(space) -> None:
     # off + chain (6 steps) + trees: topk 2/4 x 6 steps x 5 budgets minus the ones that
-    # do not fit; times the NCCL grid 4*3*3*3*3*3.
+    # do not fit; times the NCCL grid of six variables with three values each.
     trees = sum(
         SpecSettings("EAGLE3", k, m, n).fits_tree
         for k in range(1, 7)
         for m in (2, 4)
         for n in (2, 3, 4, 6, 8)
     )
-    assert space.size() == (1 + 6 + trees) * 4 * 3**5
+    assert space.size() == (1 + 6 + trees) * 3**6
