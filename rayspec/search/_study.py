@@ -5,6 +5,7 @@ Only this package imports optuna. It uses the public ask/tell API and ``suggest_
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -226,18 +227,50 @@ def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
         load_if_exists=True,
     )
     handle = StudyHandle(study, space, cfg)
-    engine = cfg.server.engine.value
-    stored_engine = study.user_attrs.get("engine")
-    if stored_engine is None:
-        study.set_user_attr("engine", engine)
-        study.set_user_attr("objective", "output tok/s (mean of runs, first scenario)")
-    elif stored_engine != engine:
-        raise ConfigError(
-            f"study.name: study {cfg.study.name!r} in {cfg.storage_url} was run with engine "
-            f"{stored_engine}; choose another study.name for engine {engine}"
-        )
+    if "engine" not in study.user_attrs:
+        study.set_user_attr("engine", cfg.server.engine.value)
+        study.set_user_attr("space", space_fingerprint(space))
+        study.set_user_attr("objective", f"{cfg.study.objective} (output tok/s)")
+    _check_same_experiment(cfg, space, study.user_attrs)
     handle.seed()
     return handle
+
+
+def space_fingerprint(space: SearchSpace) -> str:
+    """The searched parameters and their choices: Optuna cannot resume across a change."""
+    return json.dumps(space.grid(), sort_keys=True)
+
+
+def _check_same_experiment(
+    cfg: ExperimentConfig, space: SearchSpace, attrs: Mapping[str, Any]
+) -> None:
+    where = f"study {cfg.study.name!r} in {cfg.storage_url}"
+    engine = cfg.server.engine.value
+    if attrs.get("engine", engine) != engine:
+        raise ConfigError(
+            f"study.name: {where} was run with engine {attrs['engine']}; choose another "
+            f"study.name for engine {engine}"
+        )
+    stored = attrs.get("space")
+    if stored is not None and stored != space_fingerprint(space):
+        old, new = json.loads(stored), space.grid()
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        raise ConfigError(
+            f"search: {where} was created with other choices for {', '.join(changed)}; "
+            "restore them or choose another study.name (Optuna cannot resume a changed space)"
+        )
+
+
+def check_resumable(cfg: ExperimentConfig, space: SearchSpace) -> None:
+    """Before anything starts: refuse to resume a stored study of another experiment."""
+    url = cfg.storage_url
+    if "://" not in url and not os.path.exists(url):
+        return
+    try:
+        stored = optuna.load_study(study_name=cfg.study.name, storage=_make_storage(url))
+    except KeyError:  # no study of that name in the storage yet
+        return
+    _check_same_experiment(cfg, space, stored.user_attrs)
 
 
 def validate_enqueue(cfg: ExperimentConfig, space: SearchSpace) -> None:

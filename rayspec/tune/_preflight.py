@@ -11,6 +11,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
 from rayspec.search import SearchSpace
 from rayspec.search import validate_enqueue
+from rayspec.search._study import check_resumable
 
 __all__ = ["check_port_free", "planned_local_slots", "preflight"]
 
@@ -40,6 +41,7 @@ def preflight(cfg: ExperimentConfig) -> None:
     """Raise :class:`ConfigError` for any problem found before starting Ray or a server."""
     space = SearchSpace.from_config(cfg.search)
     validate_enqueue(cfg, space)
+    check_resumable(cfg, space)
     if cfg.server.engine is Engine.twin:
         from rayspec.twin import load_profile
 

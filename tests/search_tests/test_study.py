@@ -121,3 +121,19 @@ def test_an_impossible_tree_queued_on_purpose_is_kept(tmp_path) -> None:
     _, cand = handle.ask()
     assert cand.spec is not None and cand.spec.num_draft_tokens == 8
     assert not cand.spec.fits_tree  # recorded as infeasible by the driver, not replaced
+
+
+def test_a_changed_space_is_refused_before_anything_starts(tmp_path) -> None:
+    import pytest
+
+    from rayspec import ConfigError
+    from rayspec.search._study import check_resumable
+
+    cfg = _cfg(tmp_path)
+    open_study(cfg, SearchSpace.from_config(cfg.search))
+    check_resumable(cfg, SearchSpace.from_config(cfg.search))  # the same space: fine
+    changed = _cfg(tmp_path, "search.nccl.NCCL_PROTO=[unset,LL]")
+    with pytest.raises(ConfigError, match=r"other choices for nccl\.NCCL_PROTO"):
+        check_resumable(changed, SearchSpace.from_config(changed.search))
+    with pytest.raises(ConfigError, match="Optuna cannot resume a changed space"):
+        open_study(changed, SearchSpace.from_config(changed.search))
