@@ -95,13 +95,13 @@ class SearchSpace:
             params[P_STEPS] = trial.suggest_categorical(P_STEPS, list(self.num_steps))
             params[P_TOPK] = trial.suggest_categorical(P_TOPK, list(self.eagle_topk))
             if params[P_TOPK] > 1:
-                name, choices = self.ndt_param(params[P_STEPS], params[P_TOPK])
+                ndt_name, budgets = self.ndt_param(params[P_STEPS], params[P_TOPK])
                 # A queued configuration keeps the name it was queued under (an impossible
                 # tree queued on purpose is recorded as infeasible, not silently changed).
                 queued = trial.user_attrs.get(ATTR_QUEUED) or {}
-                if P_NDT in queued and name != P_NDT:
-                    name, choices = P_NDT, list(self.num_draft_tokens)
-                params[name] = trial.suggest_categorical(name, choices)
+                if P_NDT in queued and ndt_name != P_NDT:
+                    ndt_name, budgets = P_NDT, list(self.num_draft_tokens)
+                params[ndt_name] = trial.suggest_categorical(ndt_name, budgets)
         for name, choices in self.nccl:
             params[_nccl_param(name)] = trial.suggest_categorical(_nccl_param(name), list(choices))
         for flag, choices in self.flags:
@@ -207,8 +207,8 @@ class SearchSpace:
                     continue
                 if key.startswith("nccl.") and value == UNSET:
                     continue
-                choices = ", ".join(map(str, allowed[key]))
-                raise ConfigError(f"{key}: {value!r} is not one of the choices [{choices}]")
+                listed = ", ".join(map(str, allowed[key]))
+                raise ConfigError(f"{key}: {value!r} is not one of the choices [{listed}]")
         mode = params.get(P_MODE, SPEC_OFF)
         if mode != SPEC_OFF:
             for key in (P_STEPS, P_TOPK):
