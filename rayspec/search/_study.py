@@ -112,7 +112,13 @@ class StudyHandle:
     def ask(self) -> tuple[optuna.Trial, Any]:
         """A new trial and its candidate."""
         trial = self.study.ask()
-        candidate = self.space.suggest(trial)
+        try:
+            candidate = self.space.suggest(trial)
+        except ValueError as exc:  # e.g. Optuna refusing choices that differ from the stored
+            self.study.tell(trial, state=TrialState.FAIL)
+            raise ConfigError(
+                f"search: cannot sample study {self.cfg.study.name!r}: {exc}"
+            ) from exc
         trial.set_user_attr(ATTR_KEY, canonical_key(candidate))
         trial.set_user_attr(ATTR_LABEL, candidate.label())
         return trial, candidate
@@ -232,6 +238,7 @@ def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
         study.set_user_attr("space", space_fingerprint(space))
         study.set_user_attr("objective", f"{cfg.study.objective} (output tok/s)")
     _check_same_experiment(cfg, space, study.user_attrs)
+    _check_stored_choices(cfg, space, study.get_trials(deepcopy=False))
     handle.seed()
     return handle
 
@@ -261,6 +268,31 @@ def _check_same_experiment(
         )
 
 
+def _check_stored_choices(
+    cfg: ExperimentConfig, space: SearchSpace, trials: list[FrozenTrial]
+) -> None:
+    """Every parameter the stored trials used must have the same choices in this space."""
+    ours: dict[str, list[Any]] = dict(space.grid())
+    for k in space.num_steps:
+        for m in space.eagle_topk:
+            name, budgets = space.ndt_param(k, m)
+            ours[name] = list(budgets)
+    changed = set()
+    for t in trials:
+        for name, dist in t.distributions.items():
+            choices = getattr(dist, "choices", None)
+            if name in ours and choices is not None and list(choices) != ours[name]:
+                changed.add(name)
+            elif name not in ours:
+                changed.add(name)
+    if changed:
+        raise ConfigError(
+            f"search: study {cfg.study.name!r} in {cfg.storage_url} was created with other "
+            f"choices for {', '.join(sorted(changed))}; restore them or choose another "
+            "study.name (Optuna cannot resume a changed space)"
+        )
+
+
 def check_resumable(cfg: ExperimentConfig, space: SearchSpace) -> None:
     """Before anything starts: refuse to resume a stored study of another experiment."""
     url = cfg.storage_url
@@ -271,6 +303,7 @@ def check_resumable(cfg: ExperimentConfig, space: SearchSpace) -> None:
     except KeyError:  # no study of that name in the storage yet
         return
     _check_same_experiment(cfg, space, stored.user_attrs)
+    _check_stored_choices(cfg, space, stored.get_trials(deepcopy=False))
 
 
 def validate_enqueue(cfg: ExperimentConfig, space: SearchSpace) -> None:
