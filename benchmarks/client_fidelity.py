@@ -70,6 +70,7 @@ import numpy as np
 from rayspec.bench import StreamClient
 from rayspec.bench import StreamResult
 from rayspec.testing import FIELD_TUNED_NCCL
+from rayspec.testing import eagle3_flags
 
 
 @dataclass
@@ -228,15 +229,7 @@ def run_twin(quick: bool) -> list[Row]:
     except ImportError as exc:
         print(f"(twin not available: {exc})")
         return []
-    args = [
-        "--tp-size", "8",
-        "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "drafter",
-        "--speculative-num-steps", "2",
-        "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", "3",
-        "--twin-seed", "1",
-    ]  # fmt: skip
+    args = ["--tp-size", "8", *eagle3_flags(2), "--twin-seed", "1"]
     tuned = dict(FIELD_TUNED_NCCL)
     rows = []
     try:

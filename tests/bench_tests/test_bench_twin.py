@@ -19,18 +19,11 @@ from rayspec.bench import fetch_server_view
 from rayspec.bench import first_failure
 from rayspec.bench import run_benchmark_detailed
 from rayspec.bench import summarize
+from rayspec.testing import eagle3_flags
 
 twin_testing = pytest.importorskip("rayspec.twin._testing")
 
-EAGLE = [
-    "--tp-size", "8",
-    "--speculative-algorithm", "EAGLE3",
-    "--speculative-draft-model-path", "drafter",
-    "--speculative-num-steps", "2",
-    "--speculative-eagle-topk", "1",
-    "--speculative-num-draft-tokens", "3",
-    "--twin-realtime", "false",
-]  # fmt: skip
+EAGLE = ["--tp-size", "8", *eagle3_flags(2), "--twin-realtime", "false"]
 
 
 @pytest.fixture(scope="module")

@@ -10,16 +10,10 @@ from collections.abc import Sequence
 import pytest
 
 from rayspec.testing import FIELD_TUNED_NCCL
+from rayspec.testing import eagle3_flags
 from rayspec.twin._testing import TwinProcess
 
-SPEC_ARGS = (
-    "--tp-size", "8",
-    "--speculative-algorithm", "EAGLE3",
-    "--speculative-draft-model-path", "drafter",
-    "--speculative-num-steps", "2",
-    "--speculative-eagle-topk", "1",
-    "--speculative-num-draft-tokens", "3",
-)
+SPEC_ARGS = ("--tp-size", "8", *eagle3_flags(2))
 TUNED_NCCL = dict(FIELD_TUNED_NCCL)
 
 StartTwin = Callable[..., TwinProcess]
