@@ -162,3 +162,17 @@ def test_taken_port_is_refused_before_anything_starts(tmp_path) -> None:
         "another with server.port=..."
     )
     assert not out.exists()
+
+
+def test_real_engine_without_sglang_is_refused(tmp_path, capsys) -> None:
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("sglang is installed here: the check has nothing to refuse")
+    doc = twin_doc(str(tmp_path / "runs"), **FIELD)
+    rc = main([write_experiment(str(tmp_path), doc)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "server.engine: sglang is not installed" in err
+    assert not (tmp_path / "runs").exists()

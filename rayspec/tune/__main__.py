@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.experiment, args.overrides)
         from rayspec.tune._preflight import preflight
 
-        preflight(cfg)
+        preflight(cfg, launching=not (args.dry_run or args.print_config))
     except ConfigError as exc:
         return _error(str(exc), 2)
     if args.print_config:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import sys
+from importlib.util import find_spec
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
@@ -37,8 +39,12 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def preflight(cfg: ExperimentConfig) -> None:
-    """Raise :class:`ConfigError` for any problem found before starting Ray or a server."""
+def preflight(cfg: ExperimentConfig, *, launching: bool = True) -> None:
+    """Raise :class:`ConfigError` for any problem found before starting Ray or a server.
+
+    ``launching=False`` (``--dry-run``, ``--print-config``) skips what only matters when
+    servers really start on this machine: free ports and an installed SGLang.
+    """
     space = SearchSpace.from_config(cfg.search)
     validate_enqueue(cfg, space)
     check_resumable(cfg, space)
@@ -50,10 +56,17 @@ def preflight(cfg: ExperimentConfig) -> None:
         except (ValueError, OSError) as exc:
             raise ConfigError(f"server.twin.profile: {exc}") from None
     local = not cfg.cluster.address
-    if local:
+    if local and launching:
         for slot in range(planned_local_slots(cfg)):
             check_port_free(cfg.server.host, cfg.server.port + slot)
         srv = cfg.server
+        if srv.engine is Engine.sglang and not srv.python and find_spec("sglang") is None:
+            # Every trial would die at import: say so once, before a study of failures.
+            raise ConfigError(
+                f"server.engine: sglang is not installed for {sys.executable}; install it on "
+                "the GPU node (pip install 'rayspec[sglang]') or set server.python to the "
+                "interpreter that has it"
+            )
         if srv.engine is Engine.sglang:
             for key, path in (
                 ("server.model_path", srv.model_path),
