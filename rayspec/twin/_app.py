@@ -391,18 +391,27 @@ class TwinServer:
         for req in reqs:
             self.engine.abort(req)
 
-    # ------------------------------------------------------------------ /generate
-
-    async def generate(self, request: web.Request) -> web.StreamResponse:
+    async def _json_body(
+        self, request: web.Request
+    ) -> tuple[dict[str, Any], web.Response | None]:
+        """The request's JSON object, or the response refusing it (not serving, bad JSON)."""
         blocked = self._check_serving()
         if blocked is not None:
-            return blocked
+            return {}, blocked
         try:
             body = await request.json()
         except json.JSONDecodeError as exc:
-            return _error(400, f"Invalid JSON: {exc}")
+            return {}, _error(400, f"Invalid JSON: {exc}")
         if not isinstance(body, dict):
-            return _error(400, "The request body must be a JSON object.")
+            return {}, _error(400, "The request body must be a JSON object.")
+        return body, None
+
+    # ------------------------------------------------------------------ /generate
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body, refused = await self._json_body(request)
+        if refused is not None:
+            return refused
         text: Any = body.get("text")
         input_ids: Any = body.get("input_ids")
         if text is None and not isinstance(input_ids, list):
@@ -503,13 +512,9 @@ class TwinServer:
         return await self._openai(request, chat=True)
 
     async def _openai(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
-        blocked = self._check_serving()
-        if blocked is not None:
-            return blocked
-        try:
-            body = await request.json()
-        except json.JSONDecodeError as exc:
-            return _error(400, f"Invalid JSON: {exc}")
+        body, refused = await self._json_body(request)
+        if refused is not None:
+            return refused
         if chat:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:

@@ -119,6 +119,12 @@ def test_unknown_sampling_param_is_400(twin: TwinProcess) -> None:
     assert resp.status_code == 400 and "unknown field" in resp.text
 
 
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions", "/v1/chat/completions"])
+def test_a_body_that_is_not_an_object_is_400(twin: TwinProcess, path: str) -> None:
+    resp = httpx.post(twin.base_url + path, json=["not", "an", "object"])
+    assert resp.status_code == 400 and "JSON object" in resp.text
+
+
 def test_openai_client_completions_stream_with_usage(twin: TwinProcess) -> None:
     client = openai.OpenAI(base_url=twin.base_url + "/v1", api_key="none")
     stream = client.completions.create(
