@@ -35,6 +35,7 @@ __all__ = [
     "ClusterConfig",
     "Engine",
     "ExperimentConfig",
+    "NcclScreenConfig",
     "OutputConfig",
     "Sampler",
     "ScenarioConfig",
@@ -91,6 +92,7 @@ class Engine(str, enum.Enum):
 
 
 class Sampler(str, enum.Enum):
+    structured = "structured"  # rayspec's search (search/_structured.py); Optuna records it
     tpe = "tpe"
     random = "random"
     grid = "grid"
@@ -98,16 +100,21 @@ class Sampler(str, enum.Enum):
 
 @dataclass
 class StudyConfig:
-    """The Optuna study.
+    """The Optuna study and its budget.
 
-    ``storage`` empty means ``<out>/optuna.journal`` (a journal file optuna-dashboard opens).
-    ``enqueue`` lists configurations tried first, after the baseline (no speculation, NCCL
-    unset), each as ``{param: value}`` with the study's parameter names.
+    The budget is counted in server launches (``max_restarts``): a reused result or a
+    configuration refused before launch costs nothing. ``max_wall_s`` optionally bounds this
+    invocation's wall time (no new trial starts after it); ``n_trials`` optionally caps the
+    trials told to Optuna. ``storage`` empty means ``<out>/optuna.journal`` (a journal file
+    optuna-dashboard opens). ``enqueue`` lists configurations tried first, after the baseline
+    (no speculation, NCCL unset), each as ``{param: value}`` with the study's parameter names.
     """
 
     name: str = MISSING
-    n_trials: int = 30
-    sampler: Sampler = Sampler.tpe
+    max_restarts: int = 30
+    max_wall_s: float | None = None
+    n_trials: int | None = None
+    sampler: Sampler = Sampler.structured
     seed: int | None = 0
     storage: str = ""
     n_startup_trials: int = 6
@@ -120,9 +127,12 @@ class StudyConfig:
     prune_min_runs: int = 1
     # Significance level of the comparisons against the baseline and the incumbent.
     alpha: float = 0.05
-    # The final pick takes a cheaper configuration (fewer draft tokens, then fewer steps) when
-    # it is not significantly slower than the fastest and within this fraction of its mean.
-    pick_margin: float = 0.02
+    # 0: the pick is the best posterior mean. Above 0 (an explicit cost objective): the
+    # cheapest configuration (fewer draft tokens, then fewer steps) within this fraction of it.
+    pick_margin: float = 0.0
+    # Relative sd of a configuration's throughput between server starts, assumed until
+    # configurations started more than once measure it (clocks, thermals, placement).
+    start_noise: float = 0.01
 
 
 @dataclass
@@ -188,6 +198,24 @@ class SpeculativeSpace:
 
 
 @dataclass
+class NcclScreenConfig:
+    """The NCCL screen: all-reduce latency of each NCCL set before any restart.
+
+    Every set of ``search.nccl`` is measured when there are at most ``max_sets``; otherwise a
+    coordinate descent from NCCL's defaults. Sets within ``tolerance`` of each other at every
+    message size are one point. ``hidden_size`` (the model's) sets the message sizes; empty:
+    from the twin profile, or the model's config.json.
+    """
+
+    enabled: bool = True
+    max_sets: int = 256
+    timeout_s: float = 120.0
+    tolerance: float = 0.03
+    hidden_size: int | None = None
+    dtype_bytes: int = 2
+
+
+@dataclass
 class SearchConfig:
     """The search space. ``unset`` is always a choice of every NCCL variable (added if absent).
 
@@ -199,6 +227,7 @@ class SearchConfig:
     nccl: dict[str, list[str]] = field(default_factory=dict)
     speculative: SpeculativeSpace = field(default_factory=SpeculativeSpace)
     flags: dict[str, list[str]] = field(default_factory=dict)
+    nccl_screen: NcclScreenConfig = field(default_factory=NcclScreenConfig)
 
 
 @dataclass
@@ -224,6 +253,9 @@ class BenchConfig:
 
     warmup: int = 1
     repeats: int = 5
+    # A result close to the best keeps measuring on the same server up to this many runs
+    # (more runs cost seconds, a restart minutes); empty: 8 x repeats; = repeats: never.
+    max_repeats: int | None = None
     max_tokens: int = 500
     concurrency: int = 1
     prompts: str = "default"
@@ -256,6 +288,13 @@ class ExperimentConfig:
     @property
     def storage_url(self) -> str:
         return self.study.storage or os.path.join(self.out_dir, "optuna.journal")
+
+    @property
+    def max_repeats(self) -> int:
+        """The runs a close result may extend to (``bench.max_repeats``, default 8 x repeats)."""
+        if self.bench.max_repeats is not None:
+            return max(self.bench.max_repeats, self.bench.repeats)
+        return 8 * self.bench.repeats
 
     def scenarios(self) -> list[ScenarioConfig]:
         """The load scenarios, the objective's first (so pruning can stop the rest)."""
@@ -384,8 +423,14 @@ def validate(cfg: ExperimentConfig) -> None:
     s, srv, b = cfg.study, cfg.server, cfg.bench
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", s.name):
         raise _fail("study.name", f"{s.name!r} must be letters, digits, '.', '_' or '-'")
-    if s.n_trials < 1:
-        raise _fail("study.n_trials", f"{s.n_trials} must be at least 1")
+    if s.n_trials is not None and s.n_trials < 1:
+        raise _fail("study.n_trials", f"{s.n_trials} must be at least 1 (or empty: no cap)")
+    if s.max_restarts < 1:
+        raise _fail("study.max_restarts", f"{s.max_restarts} must be at least 1")
+    if s.max_wall_s is not None and not s.max_wall_s > 0:
+        raise _fail("study.max_wall_s", f"{s.max_wall_s} must be a positive number of seconds")
+    if not 0.0 < s.start_noise < 0.5:
+        raise _fail("study.start_noise", f"{s.start_noise} must be in (0, 0.5), e.g. 0.01")
     if s.n_startup_trials < 0:
         raise _fail("study.n_startup_trials", "must be 0 or more")
     if not 1 <= srv.tp_size <= 64:
@@ -429,6 +474,21 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("bench.warmup", "must be 0 or more")
     if b.repeats < 1:
         raise _fail("bench.repeats", f"{b.repeats} must be at least 1")
+    if b.max_repeats is not None and b.max_repeats < b.repeats:
+        raise _fail(
+            "bench.max_repeats", f"{b.max_repeats} must be at least bench.repeats ({b.repeats})"
+        )
+    sc_cfg = cfg.search.nccl_screen
+    if sc_cfg.max_sets < 1:
+        raise _fail("search.nccl_screen.max_sets", "must be at least 1")
+    if sc_cfg.timeout_s <= 0:
+        raise _fail("search.nccl_screen.timeout_s", "must be a positive number of seconds")
+    if not 0 <= sc_cfg.tolerance < 1:
+        raise _fail("search.nccl_screen.tolerance", f"{sc_cfg.tolerance} must be in [0, 1)")
+    if sc_cfg.hidden_size is not None and sc_cfg.hidden_size < 1:
+        raise _fail("search.nccl_screen.hidden_size", "must be a positive integer")
+    if sc_cfg.dtype_bytes not in (1, 2, 4):
+        raise _fail("search.nccl_screen.dtype_bytes", "must be 1, 2 or 4")
     if b.max_tokens < 1:
         raise _fail("bench.max_tokens", f"{b.max_tokens} must be at least 1")
     if b.concurrency < 1:

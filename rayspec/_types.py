@@ -3,7 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Mapping
+
+
+class TrialState(str, enum.Enum):
+    """A trial's outcome, with Optuna's names (stored verbatim in Parquet's ``state``)."""
+
+    COMPLETE = "COMPLETE"
+    FAIL = "FAIL"
+    PRUNED = "PRUNED"
+
+
+class RunDecision(enum.Enum):
+    """What a trial does after a measured run (the driver's answer to the trial).
+
+    ``CONTINUE``: go on with the planned runs and stop there. ``EXTEND``: the result is close
+    to the best, so measure past the plan (up to ``bench.max_repeats``): more runs on a started
+    server are cheap, a restart is not. ``PRUNE``: stop now, it cannot beat the incumbent.
+    """
+
+    CONTINUE = "continue"
+    EXTEND = "extend"
+    PRUNE = "prune"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,12 +169,12 @@ class RequestRecord:
 class TrialResult:
     """What one trial produced, whatever its outcome.
 
-    ``state`` is "COMPLETE", "FAIL" or "PRUNED" (Optuna's names). ``metrics`` holds float values
-    only (tok_s_mean, tok_s_peak, accept_length, ...), so Parquet columns never change type.
+    ``metrics`` holds float values only (tok_s_mean, tok_s_peak, accept_length, ...), so Parquet
+    columns never change type.
     """
 
     trial: int
-    state: str
+    state: TrialState
     value: float | None
     candidate: Candidate
     launch: LaunchSpec | None
@@ -165,3 +187,7 @@ class TrialResult:
     log_tail: str = ""
     server_info: str = ""  # JSON of /get_server_info, for cross-checks
     node: str = ""
+
+    def __post_init__(self) -> None:
+        # Normalise once: callers may pass Optuna's state names as text.
+        object.__setattr__(self, "state", TrialState(self.state))

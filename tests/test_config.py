@@ -17,7 +17,7 @@ def test_twin_experiment_loads_with_overrides() -> None:
     assert cfg.study.n_trials == 40
     assert cfg.bench.repeats == 2
     assert cfg.server.engine is Engine.twin
-    assert cfg.study.sampler is Sampler.tpe
+    assert cfg.study.sampler is Sampler.structured  # the default search
     assert cfg.storage_url.endswith("eagle3-twin/optuna.journal")
     # "unset" is always a choice, first.
     assert all(choices[0] == "unset" for choices in cfg.search.nccl.values())

@@ -86,6 +86,8 @@ class BenchPlan:
             connection of the pool is open and the server has run that batch size before the
             first measured run (otherwise connection set-up skews the first run's start).
         repeats: measured runs per scenario.
+        first_run: the run index of the first measured run (an extension of a trial's runs on
+            the same server continues the numbering, and with it the prompt sequence).
         endpoint: ``"generate"`` (SGLang's native ``/generate``, cumulative chunks) or
             ``"completions"`` (``/v1/completions``, delta chunks plus usage).
         temperature: sampling temperature (0.0 = greedy, as SGLang's own benchmarks).
@@ -112,6 +114,7 @@ class BenchPlan:
     scenarios: tuple[Scenario, ...] = (Scenario(name="c1"),)
     warmup: int = 1
     repeats: int = 5
+    first_run: int = 0
     endpoint: str = "generate"
     temperature: float = 0.0
     read_timeout_s: float = 30.0
@@ -135,6 +138,8 @@ class BenchPlan:
             raise ConfigError(f"BenchPlan.warmup={self.warmup!r}: expected an integer >= 0")
         if self.repeats < 1:
             raise ConfigError(f"BenchPlan.repeats={self.repeats!r}: expected an integer >= 1")
+        if self.first_run < 0:
+            raise ConfigError(f"BenchPlan.first_run={self.first_run!r}: expected >= 0")
         if self.endpoint not in _ENDPOINTS:
             raise ConfigError(
                 f"BenchPlan.endpoint={self.endpoint!r}: expected one of {', '.join(_ENDPOINTS)}"

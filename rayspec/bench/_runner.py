@@ -321,7 +321,8 @@ async def arun_benchmark(
                 break
             if plan.flush_cache and shard.index == 0:
                 await flush_cache(client.http)
-            runs = ([-1] if plan.warmup else []) + list(range(plan.repeats))
+            measured = range(plan.first_run, plan.first_run + plan.repeats)
+            runs = ([-1] if plan.warmup else []) + list(measured)
             for run in runs:
                 n = scenario.requests_per_run
                 if run < 0:

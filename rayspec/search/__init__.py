@@ -1,11 +1,48 @@
-"""The search space and the Optuna study (the only package that imports optuna)."""
+"""The search: the space, the strategy, the evidence and the Optuna study.
+
+Only this package imports optuna.
+"""
 
 from __future__ import annotations
 
+from rayspec.search._history import Evidence
+from rayspec.search._history import Observation
+from rayspec.search._history import Pick
+from rayspec.search._history import Point
+from rayspec.search._history import pick
+from rayspec.search._history import weigh
+from rayspec.search._posterior import Estimate
+from rayspec.search._posterior import Noise
+from rayspec.search._posterior import prob_better
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
+from rayspec.search._structured import Proposal
+from rayspec.search._structured import StructuredSearch
+from rayspec.search._structured import wants_more_runs
+from rayspec.search._study import StoredTrial
 from rayspec.search._study import StudyHandle
+from rayspec.search._study import TrialHandle
 from rayspec.search._study import open_study
 from rayspec.search._study import validate_enqueue
 
-__all__ = ["SearchSpace", "StudyHandle", "canonical_key", "open_study", "validate_enqueue"]
+__all__ = [
+    "Estimate",
+    "Evidence",
+    "Noise",
+    "Observation",
+    "Pick",
+    "Point",
+    "Proposal",
+    "SearchSpace",
+    "StoredTrial",
+    "StructuredSearch",
+    "StudyHandle",
+    "TrialHandle",
+    "canonical_key",
+    "open_study",
+    "pick",
+    "prob_better",
+    "validate_enqueue",
+    "wants_more_runs",
+    "weigh",
+]

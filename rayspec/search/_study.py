@@ -1,6 +1,20 @@
-"""The Optuna study: storage, sampler, resume and the one place a trial's outcome is told.
+"""The Optuna study: storage, sampler, resume, and the one place a trial's outcome is told.
 
-Only this package imports optuna. It uses the public ask/tell API and ``suggest_*`` only.
+This module is the only one that touches Optuna objects. The driver sees a
+:class:`StudyHandle` and the :class:`TrialHandle` it hands out; Optuna's public ask/tell API and
+``suggest_*`` are all that is used.
+
+How outcomes are told (:meth:`StudyHandle.tell`):
+
+- COMPLETE: the objective value.
+- PRUNED: Optuna's PRUNED (the running mean was reported as intermediate values).
+- FAIL of a configuration (a launch failure, an impossible draft tree): COMPLETE with value 0
+  and the constraint ``failed = 1``. Optuna's samplers read constraints (TPE ranks infeasible
+  trials below every feasible one), so a configuration that cannot run teaches the sampler to
+  stay away; ``study.best_trial`` and optuna-dashboard show the trial as infeasible. The
+  Parquet row and the ``state`` user attribute keep rayspec's FAIL and its reason.
+- FAIL because the driver stopped (interrupted): Optuna's FAIL; the configuration is queued
+  again, and says nothing about the configuration.
 """
 
 from __future__ import annotations
@@ -9,6 +23,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
@@ -16,22 +31,28 @@ from optuna.samplers import BaseSampler
 from optuna.storages import BaseStorage
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
+from optuna.study import Study
 from optuna.trial import FrozenTrial
-from optuna.trial import TrialState
+from optuna.trial import TrialState as OptunaState
 
 from rayspec._config import ExperimentConfig
 from rayspec._config import Sampler
 from rayspec._exceptions import ConfigError
+from rayspec._exceptions import FailureReason
+from rayspec._types import Candidate
 from rayspec._types import TrialResult
+from rayspec._types import TrialState
 from rayspec.search._space import ATTR_QUEUED
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
 
 __all__ = [
     "ATTR_FAILURE",
-    "ATTR_RETRY_OF",
     "ATTR_KEY",
+    "ATTR_RETRY_OF",
+    "StoredTrial",
     "StudyHandle",
+    "TrialHandle",
     "open_study",
 ]
 
@@ -42,9 +63,30 @@ ATTR_LABEL = "candidate"
 ATTR_FAILURE = "failure_reason"
 ATTR_RETRY_OF = "retry_of"
 ATTR_REUSED_FROM = "reused_from"
-_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+ATTR_ROLE = "role"
+ATTR_REASON = "reason"
+ATTR_REPEAT_OF = "repeat_of"
+CONSTRAINT_FAILED = "failed"
+_FINISHED = (OptunaState.COMPLETE, OptunaState.PRUNED, OptunaState.FAIL)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class _AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler without its ``study.stop()`` on the last tell.
+
+    Under ask/tell that call raises; the study loop checks :meth:`is_exhausted` before each
+    ask instead, so the sampler never needs to stop the study itself.
+    """
+
+    def after_trial(
+        self,
+        study: Study,
+        trial: FrozenTrial,
+        state: OptunaState,
+        values: Sequence[float] | None,
+    ) -> None:
+        del study, trial, state, values
 
 
 def _make_storage(url: str) -> BaseStorage | str:
@@ -59,108 +101,232 @@ def _make_sampler(cfg: ExperimentConfig, space: SearchSpace) -> BaseSampler:
     seed = cfg.study.seed
     if cfg.study.sampler is Sampler.tpe:
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=cfg.study.n_startup_trials)
-    if cfg.study.sampler is Sampler.random:
-        return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.GridSampler(space.grid(), seed=seed)
+    if cfg.study.sampler is Sampler.grid:
+        return _AskTellGridSampler(space.grid(), seed=seed)
+    # random, and structured (whose trials are all queued; the sampler only fills gaps).
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+class TrialHandle:
+    """A running trial as rayspec sees it: number, candidate, role, and a way to report.
+
+    Handed out by :meth:`StudyHandle.ask`; the driver never sees the Optuna trial inside.
+
+    Attributes:
+        number: the trial number (names the Parquet row, the log and the actors).
+        candidate: what to launch.
+        role: ``baseline``, ``enqueued[i]``, or ``""`` for a configuration the search chose.
+        reason: why the search chose it (empty for the baseline and enqueued ones).
+        repeat_of: a deliberate new start of the configuration of that trial.
+        retry_of: a retry of that trial, which the last driver left unfinished.
+    """
+
+    def __init__(self, trial: optuna.Trial, candidate: Candidate) -> None:
+        self._trial = trial
+        self.number: int = trial.number
+        self.candidate = candidate
+        attrs = trial.user_attrs
+        self.role: str = str(attrs.get(ATTR_ROLE, ""))
+        self.reason: str = str(attrs.get(ATTR_REASON, ""))
+        repeat = attrs.get(ATTR_REPEAT_OF)
+        retry = attrs.get(ATTR_RETRY_OF)
+        self.repeat_of: int | None = None if repeat is None else int(repeat)
+        self.retry_of: int | None = None if retry is None else int(retry)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self._trial.params)
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return dict(self._trial.user_attrs)
+
+    def set_attr(self, key: str, value: Any) -> None:
+        self._trial.set_user_attr(key, value)
+
+    def report(self, value: float, step: int) -> None:
+        """The running objective after ``step`` runs (Optuna's intermediate value)."""
+        self._trial.report(value, step=step)
+
+
+class StoredTrial:
+    """A finished or running trial read back from the storage (for recovery and roles)."""
+
+    def __init__(self, frozen: FrozenTrial) -> None:
+        self.number = frozen.number
+        self.params: dict[str, Any] = dict(frozen.params)
+        self.attrs: dict[str, Any] = dict(frozen.user_attrs)
+        self.optuna_state = frozen.state.name
+        self.value = frozen.value
+        self.start_unix_s = frozen.datetime_start.timestamp() if frozen.datetime_start else None
+        self.end_unix_s = (
+            frozen.datetime_complete.timestamp() if frozen.datetime_complete else None
+        )
+
+    @property
+    def state(self) -> TrialState:
+        """rayspec's state (a constrained COMPLETE is a FAIL)."""
+        stored = self.attrs.get("state")
+        if stored in TrialState.__members__:
+            return TrialState(stored)
+        return TrialState(self.optuna_state) if self.optuna_state != "RUNNING" else TrialState.FAIL
 
 
 class StudyHandle:
-    """An opened (created or resumed) study plus the bookkeeping the driver needs."""
+    """An opened (created or resumed) study: ask, tell, roles and resume bookkeeping."""
 
     def __init__(self, study: optuna.Study, space: SearchSpace, cfg: ExperimentConfig) -> None:
-        self.study = study
+        self._study = study
         self.space = space
         self.cfg = cfg
 
-    # -- counting -------------------------------------------------------------------------
+    # -- reading ---------------------------------------------------------------------------
+    def trials(self) -> list[StoredTrial]:
+        return [StoredTrial(t) for t in self._study.get_trials(deepcopy=False)]
+
     def interrupted(self) -> set[int]:
-        """Numbers of trials a killed driver left running (each was enqueued again)."""
+        """Numbers of trials a killed driver left running (each was queued again)."""
         return {
             int(t.user_attrs[ATTR_RETRY_OF])
-            for t in self.study.get_trials(deepcopy=False)
+            for t in self._study.get_trials(deepcopy=False)
             if ATTR_RETRY_OF in t.user_attrs
         }
 
-    def finished(self) -> list[FrozenTrial]:
+    def finished(self) -> list[StoredTrial]:
         """Trials with an outcome (interrupted ones excluded: they are tried again)."""
         skip = self.interrupted()
         return [
-            t
-            for t in self.study.get_trials(deepcopy=False, states=_FINISHED)
+            StoredTrial(t)
+            for t in self._study.get_trials(deepcopy=False, states=_FINISHED)
             if t.number not in skip
         ]
 
-    def remaining(self, n_trials: int) -> int:
-        return max(0, n_trials - len(self.finished()))
+    def running(self) -> list[StoredTrial]:
+        """Trials left RUNNING: by a killed driver, when this driver is the only writer."""
+        return [
+            StoredTrial(t)
+            for t in self._study.get_trials(deepcopy=False, states=(OptunaState.RUNNING,))
+        ]
+
+    def queued(self) -> int:
+        """Configurations queued and not asked yet (seeds, retries)."""
+        return len(self._study.get_trials(deepcopy=False, states=(OptunaState.WAITING,)))
 
     def exhausted(self) -> bool:
-        sampler = self.study.sampler
+        sampler = self._study.sampler
         return isinstance(sampler, optuna.samplers.GridSampler) and sampler.is_exhausted(
-            self.study
+            self._study
         )
 
-    def completed_by_key(self) -> dict[str, FrozenTrial]:
-        """The first COMPLETE trial of each canonical candidate."""
-        seen: dict[str, FrozenTrial] = {}
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    def roles(self) -> dict[int, str]:
+        """trial -> ``baseline`` / ``enqueued[i]``; a retry inherits its original's role."""
+        roles: dict[int, str] = {}
+        for t in self._study.get_trials(deepcopy=False):
+            role = t.user_attrs.get(ATTR_ROLE)
+            if role:
+                roles[t.number] = str(role)
+            retry = t.user_attrs.get(ATTR_RETRY_OF)
+            if retry is not None and int(retry) in roles:
+                roles[t.number] = roles[int(retry)]
+        return roles
+
+    def completed_by_key(self) -> dict[str, StoredTrial]:
+        """The first successfully measured trial of each canonical candidate."""
+        seen: dict[str, StoredTrial] = {}
+        for t in self._study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE,)):
+            if t.constraints and any(v > 0 for v in t.constraints.values()):
+                continue
             key = t.user_attrs.get(ATTR_KEY)
             if key and key not in seen:
-                seen[key] = t
+                seen[key] = StoredTrial(t)
         return seen
 
-    # -- ask / tell -----------------------------------------------------------------------
-    def ask(self) -> tuple[optuna.Trial, Any]:
-        """A new trial and its candidate."""
-        trial = self.study.ask()
+    def failed_by_key(self) -> dict[str, StoredTrial]:
+        """The first trial of each canonical candidate that failed as a configuration."""
+        seen: dict[str, StoredTrial] = {}
+        for t in self._study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE,)):
+            if not (t.constraints and t.constraints.get(CONSTRAINT_FAILED, 0) > 0):
+                continue
+            key = t.user_attrs.get(ATTR_KEY)
+            if key and key not in seen and ATTR_REUSED_FROM not in t.user_attrs:
+                seen[key] = StoredTrial(t)
+        return seen
+
+    # -- ask / tell ------------------------------------------------------------------------
+    def ask(
+        self,
+        candidate: Candidate | None = None,
+        *,
+        reason: str = "",
+        repeat_of: int | None = None,
+    ) -> TrialHandle:
+        """A new trial: the next queued one, or ``candidate`` (queued now), or the sampler's.
+
+        Raises:
+            ConfigError: the stored study cannot be sampled with this space.
+        """
+        if candidate is not None and not self.queued():
+            attrs: dict[str, Any] = {ATTR_REASON: reason} if reason else {}
+            if repeat_of is not None:
+                attrs[ATTR_REPEAT_OF] = repeat_of
+            self.enqueue(self.space.params_of(candidate), **attrs)
+        trial = self._study.ask()
         try:
-            candidate = self.space.suggest(trial)
+            chosen = self.space.suggest(trial)
         except ValueError as exc:  # e.g. Optuna refusing choices that differ from the stored
-            self.study.tell(trial, state=TrialState.FAIL)
+            self._study.tell(trial, state=OptunaState.FAIL)
             raise ConfigError(
                 f"search: cannot sample study {self.cfg.study.name!r}: {exc}"
             ) from exc
-        trial.set_user_attr(ATTR_KEY, canonical_key(candidate))
-        trial.set_user_attr(ATTR_LABEL, candidate.label())
-        return trial, candidate
+        trial.set_user_attr(ATTR_KEY, canonical_key(chosen))
+        trial.set_user_attr(ATTR_LABEL, chosen.label())
+        return TrialHandle(trial, chosen)
 
-    def tell(self, trial: optuna.Trial | int, result: TrialResult) -> None:
-        """Record ``result`` in the study: the one place an outcome becomes a trial state."""
-        number = trial if isinstance(trial, int) else trial.number
-        if not isinstance(trial, int):
-            self._set_attrs(trial, result)
-        state = {
-            "COMPLETE": TrialState.COMPLETE,
-            "PRUNED": TrialState.PRUNED,
-            "FAIL": TrialState.FAIL,
-        }[result.state]
-        values = result.value if state is TrialState.COMPLETE else None
-        try:
-            self.study.tell(number, values, state=state, skip_if_finished=True)
-        except RuntimeError as exc:
-            # GridSampler calls Study.stop() on the tell that uses up the grid; the trial is
-            # stored as COMPLETE all the same (stack-notes §4.5).
-            if "Study.stop" not in str(exc):
-                raise
+    def tell(self, trial: TrialHandle, result: TrialResult) -> None:
+        """Record ``result``: the one place an outcome becomes an Optuna state."""
+        self._set_attrs(trial, result)
+        if result.state is TrialState.COMPLETE:
+            self._study.tell(trial.number, result.value, skip_if_finished=True)
+        elif result.state is TrialState.PRUNED:
+            self._study.tell(trial.number, state=OptunaState.PRUNED, skip_if_finished=True)
+        elif result.failure == FailureReason.INTERRUPTED.value:
+            self._study.tell(trial.number, state=OptunaState.FAIL, skip_if_finished=True)
+        else:
+            trial._trial.set_constraint(CONSTRAINT_FAILED, 1.0)
+            self._study.tell(trial.number, 0.0, skip_if_finished=True)
+
+    def tell_stored(self, number: int, state: TrialState, value: float | None,
+                    failure: str | None) -> None:  # fmt: skip
+        """Tell a trial of a killed driver from its Parquet row (recovery)."""
+        if state is TrialState.COMPLETE:
+            self._study.tell(number, value, skip_if_finished=True)
+        elif state is TrialState.PRUNED:
+            self._study.tell(number, state=OptunaState.PRUNED, skip_if_finished=True)
+        else:
+            # A constraint can only be set through a live trial; a recovered failure is told
+            # as Optuna's FAIL (the Parquet row keeps the reason).
+            del failure
+            self._study.tell(number, state=OptunaState.FAIL, skip_if_finished=True)
 
     @staticmethod
-    def _set_attrs(trial: optuna.Trial, result: TrialResult) -> None:
-        trial.set_user_attr("state", result.state)
+    def _set_attrs(trial: TrialHandle, result: TrialResult) -> None:
+        trial.set_attr("state", result.state.value)
         if result.failure:
-            trial.set_user_attr(ATTR_FAILURE, result.failure)
-            trial.set_user_attr("failure_detail", result.failure_detail[:2000])
-            trial.set_user_attr("log_tail", result.log_tail[-4000:])
+            trial.set_attr(ATTR_FAILURE, result.failure)
+            trial.set_attr("failure_detail", result.failure_detail[:2000])
+            trial.set_attr("log_tail", result.log_tail[-4000:])
         for key in ("tok_s_mean", "tok_s_peak", "tok_s_std", "accept_length"):
             value = result.metrics.get(key)
             if value is not None and value == value:  # not NaN
-                trial.set_user_attr(key, float(value))
+                trial.set_attr(key, float(value))
         if result.launch is not None:
-            trial.set_user_attr("engine", result.launch.engine)
+            trial.set_attr("engine", result.launch.engine)
 
     def enqueue(self, params: Mapping[str, Any], **attrs: Any) -> None:
         """Queue a configuration; parameters left out mean unset (NCCL) or off (flags)."""
         complete = self.space.params_of(self.space.candidate(self.space.coerce(params)))
         attrs = {**attrs, ATTR_QUEUED: complete}
-        self.study.enqueue_trial(complete, user_attrs=attrs, skip_if_exists=False)
+        self._study.enqueue_trial(complete, user_attrs=attrs, skip_if_exists=False)
 
     def seed(self) -> None:
         """Queue the baseline, then ``study.enqueue``, before anything the sampler picks.
@@ -169,13 +335,14 @@ class StudyHandle:
         study does not hold yet are queued, in order. A driver killed half-way through seeding
         loses none. Once the sampler has proposed a trial the study counts as seeded.
         """
-        if self.study.user_attrs.get("seeded"):
+        if self._study.user_attrs.get("seeded"):
             return
-        trials = self.study.get_trials(deepcopy=False)
-        if any("role" not in t.user_attrs and ATTR_RETRY_OF not in t.user_attrs for t in trials):
-            self.study.set_user_attr("seeded", True)  # an older study, already past seeding
+        trials = self._study.get_trials(deepcopy=False)
+        if any(ATTR_ROLE not in t.user_attrs and ATTR_RETRY_OF not in t.user_attrs
+               for t in trials):  # fmt: skip
+            self._study.set_user_attr("seeded", True)  # an older study, already past seeding
             return
-        have = {t.user_attrs.get("role") for t in trials}
+        have = {t.user_attrs.get(ATTR_ROLE) for t in trials}
         wanted = [("baseline", self.space.params_of(self.space.baseline()))]
         wanted += [(f"enqueued[{i}]", p) for i, p in enumerate(self.cfg.study.enqueue)]
         for role, params in wanted:
@@ -190,14 +357,10 @@ class StudyHandle:
                     else "study"
                 )
                 raise ConfigError(f"{key}.{exc}") from exc
-        self.study.set_user_attr("seeded", True)
+        self._study.set_user_attr("seeded", True)
 
-    # -- resume ---------------------------------------------------------------------------
-    def running(self) -> list[FrozenTrial]:
-        """Trials left RUNNING: by a killed driver, when this driver is the only writer."""
-        return self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-
-    def requeue(self, trial: FrozenTrial) -> None:
+    # -- resume ----------------------------------------------------------------------------
+    def requeue(self, trial: StoredTrial) -> None:
         """Queue an interrupted trial's configuration again, once (idempotent).
 
         The retry's ``retry_of`` attribute is what marks ``trial`` as interrupted.
@@ -205,23 +368,31 @@ class StudyHandle:
         if trial.number in self.interrupted():
             return
         params = dict(trial.params)
-        self.study.enqueue_trial(
-            params, user_attrs={ATTR_RETRY_OF: trial.number, ATTR_QUEUED: params}
-        )
+        attrs: dict[str, Any] = {ATTR_RETRY_OF: trial.number, ATTR_QUEUED: params}
+        for key in (ATTR_REASON, ATTR_REPEAT_OF):
+            if key in trial.attrs:
+                attrs[key] = trial.attrs[key]
+        self._study.enqueue_trial(params, user_attrs=attrs)
 
     def fail(self, number: int) -> None:
         """Mark a trial FAIL (no-op when it already finished)."""
-        self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+        self._study.tell(number, state=OptunaState.FAIL, skip_if_finished=True)
+
+    def set_study_attrs(self, attrs: Mapping[str, Any]) -> None:
+        """Study user attributes (what optuna-dashboard shows for the study)."""
+        for key, value in attrs.items():
+            self._study.set_user_attr(key, value)
 
 
 def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
     """Create the study, or resume it from its storage.
 
     A new study enqueues the baseline (no speculation, NCCL unset) first, then the
-    configurations of ``study.enqueue`` in order, before anything the sampler picks.
+    configurations of ``study.enqueue`` in order, before anything the search picks.
 
     Raises:
-        ConfigError: the storage holds this study from an experiment with another engine.
+        ConfigError: the storage holds this study from an experiment with another engine or
+            another search space.
     """
     storage = _make_storage(cfg.storage_url)
     sampler = _make_sampler(cfg, space)

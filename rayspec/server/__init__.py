@@ -25,6 +25,7 @@ from rayspec.server._base import ServerState
 from rayspec.server._classify import Phase
 from rayspec.server._classify import classify_failure
 from rayspec.server._command import build_launch
+from rayspec.server._command import server_env
 from rayspec.server._command import shell_line
 from rayspec.server._logparse import DecodeBatch
 from rayspec.server._logparse import StartupSummary
@@ -48,6 +49,7 @@ __all__ = [
     "TwinBackend",
     "backend_for",
     "build_launch",
+    "server_env",
     "classify_failure",
     "parse_decode_line",
     "parse_decode_lines",

@@ -55,6 +55,10 @@ TRIAL_SCHEMA = pa.schema(
         ("log_tail", pa.string()),
         ("server_info", pa.string()),
         ("note", pa.string()),
+        ("role", pa.string()),  # baseline, enqueued[i], or empty (chosen by the search)
+        ("reason", pa.string()),  # why the search chose it
+        ("repeat_of", pa.float64()),  # a deliberate new start of that trial's configuration
+        ("restart", pa.float64()),  # the study's server launch count at this trial
         ("run_values", pa.string()),  # JSON per-run objective values (comparisons, resume)
         ("rayspec_version", pa.string()),
     ]
@@ -151,7 +155,7 @@ def trial_row(result: TrialResult, extra: Mapping[str, object] | None = None) ->
     spec = result.candidate.spec
     row: dict[str, Any] = {
         "trial": result.trial,
-        "state": result.state,
+        "state": result.state.value,
         "value": _float(result.value),
         "failure": result.failure,
         "failure_detail": result.failure_detail or None,
@@ -174,6 +178,10 @@ def trial_row(result: TrialResult, extra: Mapping[str, object] | None = None) ->
         "log_tail": result.log_tail or None,
         "server_info": result.server_info or None,
         "note": None,
+        "role": None,
+        "reason": None,
+        "repeat_of": None,
+        "restart": None,
         "run_values": None,
         "rayspec_version": __version__,
     }

@@ -10,6 +10,7 @@ from rayspec._types import Candidate
 from rayspec._types import RequestRecord
 from rayspec._types import SpecSettings
 from rayspec._types import TrialResult
+from rayspec._types import TrialState
 from rayspec.store import BaseTrialStore
 
 
@@ -20,7 +21,7 @@ def _result(trial: int, state: str = "COMPLETE", **metrics: float) -> TrialResul
         start_unix_s=time.time(), spec_verify_ct=25, accept_length=2.0,
     )  # fmt: skip
     return TrialResult(
-        trial=trial, state=state, value=metrics.get("tok_s_mean"),
+        trial=trial, state=TrialState(state), value=metrics.get("tok_s_mean"),
         candidate=Candidate(spec=SpecSettings("EAGLE3", 2, 1, 3)), launch=None,
         metrics=metrics, requests=(record,), start_unix_s=1.0, end_unix_s=2.0,
         failure=None if state == "COMPLETE" else "unknown",

@@ -25,7 +25,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m rayspec.tune",
         description="Run an Optuna study over NCCL and EAGLE-3 settings with Ray actors; "
         "store every trial in Parquet; end with the best configuration as a launch command.",
-        epilog="Example: python -m rayspec.tune experiments/eagle3-twin.yaml study.n_trials=40",
+        epilog="Example: python -m rayspec.tune experiments/eagle3-twin.yaml "
+        "study.max_restarts=40",
     )
     p.add_argument("experiment", help="the experiment YAML file")
     p.add_argument(
@@ -88,7 +89,8 @@ def _dry_run(cfg: ExperimentConfig) -> int:
     space = SearchSpace.from_config(cfg.search)
     launch = build_launch(cfg, space.baseline(), port=cfg.server.port, log_path="-")
     print(
-        f"study {cfg.study.name}: {space.size()} distinct candidates, {cfg.study.n_trials} trials"
+        f"study {cfg.study.name}: {space.size()} distinct candidates, a budget of "
+        f"{cfg.study.max_restarts} server restarts ({cfg.study.sampler.value} search)"
     )
     print(f"baseline: {shell_line(launch)}")
     for i, params in enumerate(cfg.study.enqueue):
@@ -121,9 +123,12 @@ def _run(cfg: ExperimentConfig) -> int:
         disconnect(cluster)
     report = outcome.report
     print()
+    if outcome.stopped:
+        _say(f"stopped: {outcome.stopped}")
     print(
-        f"study {cfg.study.name}: {report.total} trials ({report.failed} failed, "
-        f"{report.pruned} pruned); this run added {outcome.ran} in {outcome.wall_s:.0f} s"
+        f"study {cfg.study.name}: {report.restarts} server restarts, {report.total} trials "
+        f"({report.failed} failed, {report.pruned} pruned, {report.reused} reused); this run "
+        f"added {outcome.ran} in {outcome.wall_s:.0f} s"
     )
     if report.best is None:
         _say(
@@ -144,7 +149,10 @@ def _run(cfg: ExperimentConfig) -> int:
     if report.pick_note:
         print(report.pick_note)
     if paths:
-        print(f"best: trial {report.best.trial}: {report.best.label}")
+        best = report.best
+        starts = f"{best.starts} server starts pooled" if best.starts > 1 else "one server start"
+        print(f"best: {best.label} ({best.tok_s_mean:.1f} tok/s, {starts}: trials "
+              f"{', '.join(str(t) for t in best.trials)})")
         for note in deploy_warnings(report.best):
             print(f"  warning: {note}")
         print(f"  launch it:  {paths[1]}")

@@ -1,4 +1,7 @@
-"""Decisions made from measurements (pure): pruning, comparisons, the final pick.
+"""Decisions made from one trial's runs (pure): pruning and comparisons.
+
+The final pick pools every start of a configuration and lives with the search
+(:func:`rayspec.search.pick`).
 
 A measurement is a list of per-run values (output tok/s of one run each). Noise is estimated
 from the runs themselves; a trial with too few runs borrows the incumbent's spread, which the
@@ -20,10 +23,9 @@ from rayspec.bench import t_ppf
 
 __all__ = [
     "Measured",
-    "cost_key",
     "cannot_beat",
     "comparison_metrics",
-    "pick",
+    "cost_key",
 ]
 
 
@@ -81,42 +83,3 @@ def cost_key(candidate: Candidate) -> tuple[int, int]:
     if candidate.spec is None:
         return (0, 0)
     return (candidate.spec.num_draft_tokens, candidate.spec.num_steps)
-
-
-@dataclass(frozen=True)
-class Pick:
-    """The final choice: the fastest, or a cheaper one within noise of it."""
-
-    chosen: Measured
-    fastest: Measured
-    comparison: Comparison | None  # chosen vs fastest, when they differ
-
-    @property
-    def cheaper_within_noise(self) -> bool:
-        return self.chosen.trial != self.fastest.trial
-
-
-def pick(
-    measured: Sequence[Measured], *, alpha: float = 0.05, margin: float = 0.02
-) -> Pick | None:
-    """The fastest trial, unless a cheaper one is within noise of it.
-
-    Cheaper means fewer draft tokens, then fewer steps (:func:`cost_key`). A trial is within
-    noise of the fastest when the difference is not significant (Welch, ``alpha``) and its
-    mean is within ``margin`` of the fastest's: too few runs make nearly anything "not
-    significant", and that alone must not trade speed away. Among those, the cheapest wins;
-    ties go to the higher mean.
-    """
-    ranked = sorted((m for m in measured if math.isfinite(m.mean)), key=lambda m: -m.mean)
-    if not ranked:
-        return None
-    fastest = ranked[0]
-    within = [fastest]
-    for m in ranked[1:]:
-        c = compare(m.runs, fastest.runs, alpha=alpha)
-        # Within noise needs evidence: a test that ran (two runs each) and found no difference.
-        if math.isfinite(c.p_value) and not c.significant and c.ratio >= 1.0 - margin:
-            within.append(m)
-    chosen = min(within, key=lambda m: (cost_key(m.candidate), -m.mean))
-    comparison = None if chosen is fastest else compare(chosen.runs, fastest.runs, alpha=alpha)
-    return Pick(chosen, fastest, comparison)

@@ -1,4 +1,12 @@
-"""The study loop: ask Optuna, run trials on free slots, store every result, tell Optuna.
+"""The study loop: screen NCCL, ask for the next configuration, run it on a free slot, store
+every result, tell Optuna, until the restart budget is spent or the search has its answer.
+
+The budget is counted in server launches (``study.max_restarts``): a result reused from an
+identical configuration, or a configuration refused before launch, costs none. With the default
+``structured`` sampler the next configuration comes from
+:class:`~rayspec.search.StructuredSearch` and is queued into the Optuna study, which stays the
+record (optuna-dashboard shows every trial); with ``tpe``/``random``/``grid`` Optuna's sampler
+chooses.
 
 Order of writes per trial: the Parquet row first, then ``tell``. A driver killed between the two
 leaves a RUNNING trial whose row exists; the next driver tells Optuna from that row, so the two
@@ -21,16 +29,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from rayspec._config import ExperimentConfig
+from rayspec._config import Sampler
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
+from rayspec._types import RunDecision
 from rayspec._types import TrialResult
+from rayspec._types import TrialState
 from rayspec.bench import per_run_tok_s
+from rayspec.screen import BaseNcclScreen
+from rayspec.search import Evidence
+from rayspec.search import Observation
 from rayspec.search import SearchSpace
+from rayspec.search import StructuredSearch
 from rayspec.search import StudyHandle
+from rayspec.search import TrialHandle
 from rayspec.search import canonical_key
 from rayspec.search import open_study
-from rayspec.search._study import ATTR_RETRY_OF
+from rayspec.search import wants_more_runs
+from rayspec.search import weigh
+from rayspec.search._structured import NCCL_FAILURES
 from rayspec.store import ParquetTrialStore
 from rayspec.tune._decide import Measured
 from rayspec.tune._decide import cannot_beat
@@ -38,6 +56,10 @@ from rayspec.tune._decide import comparison_metrics
 from rayspec.tune._report import StudyReport
 from rayspec.tune._report import build_report
 from rayspec.tune._report import candidate_from_row
+from rayspec.tune._report import launched
+from rayspec.tune._report import observations_from_rows
+from rayspec.tune._screen import run_screen
+from rayspec.tune._screen import token_bytes
 from rayspec.tune._trial import LIVE_ACTORS
 from rayspec.tune._trial import failed_result
 from rayspec.tune._trial import objective_scenario
@@ -48,6 +70,9 @@ __all__ = ["StudyOutcome", "run_study"]
 _log = logging.getLogger(__name__)
 
 Printer = Callable[[str], None]
+# A sampler that keeps proposing measured configurations (reused at no cost) is stopped after
+# this many such trials in a row.
+_MAX_INSTANT_IN_A_ROW = 200
 
 
 @dataclass(frozen=True)
@@ -58,10 +83,12 @@ class StudyOutcome:
     wall_s: float
     pruned: int = 0  # trials this invocation stopped early
     bench_s_saved: float = 0.0  # benchmark time those stops saved (estimated from run times)
+    restarts: int = 0  # server launches of the whole study
+    stopped: str = ""  # why this invocation stopped: budget, converged, n_trials, wall, ...
 
 
 class _Ledger:
-    """The measured trials the decisions need: baseline, incumbent, per-run values.
+    """The measured trials pruning and the comparison columns need: baseline, incumbent.
 
     Shared between the trial threads (pruning) and the main thread (recording): guarded.
     """
@@ -99,63 +126,62 @@ class _Ledger:
 
 
 class _Progress:
-    """Progress lines: trial n of N, phase, best so far."""
+    """Progress lines: restarts used of the budget, what ran and why, the pick so far."""
 
-    def __init__(self, total: int, done: int, printer: Printer) -> None:
-        self.total = total
-        self.done = done
-        self.best: tuple[float, int] | None = None
+    def __init__(self, budget: int, used: int, printer: Printer) -> None:
+        self.budget = budget
+        self.used = used
         self.print = printer
+        self.pick = "no pick yet"
 
     def phase(self, trial: int, phase: str) -> None:
         self.print(f"[trial {trial}] {phase}")
 
-    def finished(self, result: TrialResult) -> None:
-        self.done += 1
-        if result.state == "COMPLETE" and result.value is not None:
-            if self.best is None or result.value > self.best[0]:
-                self.best = (result.value, result.trial)
+    def finished(self, result: TrialResult, trial: TrialHandle, reused_from: int | None) -> None:
+        if reused_from is not None:
+            head = f"[reused trial {reused_from}] trial {result.trial}"
+        elif result.launch is None:
+            head = f"[no restart] trial {result.trial}"
+        else:
+            self.used += 1
+            head = f"[restart {self.used}/{self.budget}] trial {result.trial}"
+        why = f" ({trial.role or trial.reason})" if (trial.role or trial.reason) else ""
+        if result.state is TrialState.COMPLETE and result.value is not None:
             what = f"{result.value:.1f} tok/s"
             acc = result.metrics.get("accept_length")
             if acc is not None and acc == acc:
                 what += f", accept len {acc:.2f}"
-        elif result.state == "PRUNED":
+            runs = result.metrics.get("runs")
+            if runs is not None and runs == runs:
+                what += f", {int(runs)} runs"
+        elif result.state is TrialState.PRUNED:
             mean = result.metrics.get("tok_s_mean", math.nan)
             what = f"pruned at {mean:.1f} tok/s ({result.failure_detail})"
         else:
-            what = f"{result.state} ({result.failure or 'no reason'})"
-        best = (
-            f"best {self.best[0]:.1f} tok/s (trial {self.best[1]})" if self.best else "no best yet"
-        )
-        self.print(
-            f"[{self.done}/{self.total}] trial {result.trial}: {result.candidate.label()} -> "
-            f"{what}; {best}"
-        )
-
-
-def _roles(handle: StudyHandle) -> dict[int, str]:
-    roles: dict[int, str] = {}
-    for t in handle.study.get_trials(deepcopy=False):
-        role = t.user_attrs.get("role")
-        if role:
-            roles[t.number] = str(role)
-        retry = t.user_attrs.get(ATTR_RETRY_OF)
-        if retry is not None and int(retry) in roles:
-            roles[t.number] = roles[int(retry)]
-    return roles
+            what = f"{result.state.value} ({result.failure or 'no reason'})"
+        self.print(f"{head}{why}: {result.candidate.label()} -> {what}; {self.pick}")
 
 
 def _extra(
-    params: dict[str, Any], attrs: dict[str, Any], runs: list[float] | None = None
+    trial: TrialHandle, result: TrialResult, runs: list[float] | None, restart: int | None
 ) -> dict[str, object]:
     """Trial columns the study knows and the result does not."""
-    extra: dict[str, object] = {"params": json.dumps(params, sort_keys=True)}
+    attrs = trial.attrs
+    extra: dict[str, object] = {"params": json.dumps(trial.params, sort_keys=True)}
     if runs:
         extra["run_values"] = json.dumps([round(v, 6) for v in runs])
     if "candidate_key" in attrs:
         extra["candidate_key"] = attrs["candidate_key"]
     if "reused_from" in attrs:
         extra["note"] = f"reused the measurement of trial {attrs['reused_from']}"
+    if trial.role:
+        extra["role"] = trial.role
+    if trial.reason:
+        extra["reason"] = trial.reason
+    if trial.repeat_of is not None:
+        extra["repeat_of"] = float(trial.repeat_of)
+    if restart is not None and result.launch is not None:
+        extra["restart"] = float(restart)
     return extra
 
 
@@ -172,60 +198,52 @@ def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) ->
     Every step is idempotent and ordered so that a driver killed in the middle of it leaves a
     state the next run repairs: the Parquet row first, then the retry, then Optuna's state.
     """
-    from optuna.trial import TrialState
-
     stored = {int(r["trial"]): r for r in store.load_trials().to_pylist()}
-    states = {"COMPLETE": TrialState.COMPLETE, "PRUNED": TrialState.PRUNED,
-              "FAIL": TrialState.FAIL}  # fmt: skip
     interrupted = FailureReason.INTERRUPTED.value
     for t in handle.running():
         row = stored.get(t.number)
         if row is not None and row.get("failure") != interrupted:
             # Measured and stored, but the driver died before telling Optuna: nothing lost.
-            state = states[row["state"]]
+            state = TrialState(row["state"])
             value = row["value"] if state is TrialState.COMPLETE else None
-            handle.study.tell(t.number, value, state=state, skip_if_finished=True)
+            handle.tell_stored(t.number, state, value, row.get("failure"))
             printer(f"recovered trial {t.number} from its Parquet row ({row['state']})")
             continue
-        params = dict(t.params)
         if row is None:
             result = failed_result(
                 t.number,
-                _candidate_of(handle, params),
+                _candidate_of(handle, t.params),
                 FailureReason.INTERRUPTED,
                 "the driver stopped while this trial ran; its configuration was queued again",
-                start=t.datetime_start.timestamp() if t.datetime_start else None,
+                start=t.start_unix_s,
             )
-            store.append_trial(result, _extra(params, dict(t.user_attrs)))
+            store.append_trial(result, {"params": json.dumps(t.params, sort_keys=True)})
             stored[t.number] = {"failure": interrupted}
         handle.requeue(t)
         handle.fail(t.number)
         printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")
     # A finished trial without a row (only a driver of an older order could leave one).
-    finished = handle.study.get_trials(deepcopy=False, states=tuple(states.values()))
     retried = handle.interrupted()
-    for t in finished:
-        if t.number in stored:
+    for t in handle.trials():
+        if t.number in stored or t.optuna_state in ("RUNNING", "WAITING"):
             continue
-        params = dict(t.params)
-        reason = interrupted if t.number in retried else t.user_attrs.get("failure_reason")
+        reason = interrupted if t.number in retried else t.attrs.get("failure_reason")
+        state = t.state
         result = TrialResult(
-            trial=t.number, state=t.state.name, value=t.value,
-            candidate=_candidate_of(handle, params), launch=None, metrics={}, requests=(),
-            start_unix_s=t.datetime_start.timestamp() if t.datetime_start else time.time(),
-            end_unix_s=t.datetime_complete.timestamp() if t.datetime_complete else time.time(),
-            failure=None if t.state is TrialState.COMPLETE else (reason or "unknown"),
+            trial=t.number, state=state, value=t.value if state is TrialState.COMPLETE else None,
+            candidate=_candidate_of(handle, t.params), launch=None, metrics={}, requests=(),
+            start_unix_s=t.start_unix_s or time.time(), end_unix_s=t.end_unix_s or time.time(),
+            failure=None if state is TrialState.COMPLETE else (reason or "unknown"),
             failure_detail="rebuilt from the Optuna storage (no Parquet row was written)",
         )  # fmt: skip
-        store.append_trial(result, _extra(params, dict(t.user_attrs)))
+        store.append_trial(result, {"params": json.dumps(t.params, sort_keys=True)})
         printer(f"trial {t.number}: Parquet row rebuilt from the Optuna storage")
 
 
-def _load_ledger(
-    cfg: ExperimentConfig, store: ParquetTrialStore, roles: dict[int, str]
-) -> _Ledger:
+def _load_ledger(cfg: ExperimentConfig, rows: list[dict[str, Any]],
+                 roles: dict[int, str]) -> _Ledger:  # fmt: skip
     ledger = _Ledger(cfg.study.alpha)
-    for row in store.load_trials().to_pylist():
+    for row in rows:
         if row["state"] != "COMPLETE" or not row.get("run_values") or row.get("note"):
             continue
         runs = tuple(float(v) for v in json.loads(row["run_values"]))
@@ -234,90 +252,204 @@ def _load_ledger(
     return ledger
 
 
+class _Budget:
+    """Restarts, trials and wall time: what this invocation may still start."""
+
+    def __init__(self, cfg: ExperimentConfig, rows: list[dict[str, Any]], told: int) -> None:
+        self.max_restarts = cfg.study.max_restarts
+        self.n_trials = cfg.study.n_trials
+        self.max_wall_s = cfg.study.max_wall_s
+        self.restarts = sum(1 for r in rows if launched(r))
+        self.told = told
+        self.t0 = time.monotonic()
+
+    def why_not(self, in_flight: int) -> str:
+        """Why no further trial may start now ("" when one may)."""
+        if self.restarts + in_flight >= self.max_restarts:
+            return f"restart budget spent ({self.max_restarts} server launches)"
+        if self.n_trials is not None and self.told + in_flight >= self.n_trials:
+            return f"study.n_trials reached ({self.n_trials} trials)"
+        if self.max_wall_s is not None and time.monotonic() - self.t0 >= self.max_wall_s:
+            return f"study.max_wall_s reached ({self.max_wall_s:g} s)"
+        return ""
+
+
 def run_study(
     cfg: ExperimentConfig,
     *,
     printer: Printer = print,
     slots: int = 1,
     trial_fn: Callable[..., TrialResult] = run_trial,
+    screen: BaseNcclScreen | None = None,
 ) -> StudyOutcome:
-    """Create or resume the study and run it up to ``study.n_trials`` finished trials."""
+    """Create or resume the study and run it until its budget is spent or it has its answer.
+
+    Args:
+        cfg: the experiment.
+        printer: receives the progress lines.
+        slots: trials that may run at once.
+        trial_fn: runs one trial (the real one starts servers through Ray actors; the search
+            benchmark passes a simulated one).
+        screen: the NCCL screen to use instead of the engine's own.
+    """
     t0 = time.monotonic()
     space = SearchSpace.from_config(cfg.search)
     store = ParquetTrialStore(cfg.out_dir)
     handle = open_study(cfg, space)
     _recover(handle, store, printer)
+    rows = store.load_trials().to_pylist()
+    roles = handle.roles()
     done_before = len(handle.finished())
-    todo = handle.remaining(cfg.study.n_trials)
+    budget = _Budget(cfg, rows, done_before)
     if done_before:
-        printer(f"resuming study {cfg.study.name}: {done_before} trials done, {todo} to go")
-    progress = _Progress(cfg.study.n_trials, done_before, printer)
-    ledger = _load_ledger(cfg, store, _roles(handle))
+        printer(
+            f"resuming study {cfg.study.name}: {done_before} trials done, "
+            f"{budget.restarts} of {budget.max_restarts} restarts used"
+        )
+    strategy: StructuredSearch | None = None
+    if cfg.study.sampler is Sampler.structured:
+        report = run_screen(cfg, space, printer, screen)
+        strategy = StructuredSearch(
+            space, report, token_bytes=token_bytes(cfg) if report else 1,
+            concurrency=cfg.scenarios()[0].concurrency, start_noise=cfg.study.start_noise,
+        )  # fmt: skip
+    observations: list[Observation] = observations_from_rows(rows, roles)
+    progress = _Progress(budget.max_restarts, budget.restarts, printer)
+    progress.pick = _pick_line(rows, roles, cfg)
+    ledger = _load_ledger(cfg, rows, roles)
     scenario = objective_scenario(cfg)
-    live: dict[int, Any] = {}  # trial number -> optuna trial, for intermediate values
+    live: dict[int, TrialHandle] = {}  # trial number -> trial, for intermediate values
+    evidence_at_start: dict[int, Evidence] = {}
     protected: set[int] = set()  # the baseline and enqueued references are measured in full
     ran = pruned = 0
     saved_s = 0.0
+    stopped = ""
 
-    def on_runs(number: int, runs: Sequence[float]) -> bool:
-        """After each run: report the running mean; prune a trial that cannot win."""
+    def on_runs(number: int, runs: Sequence[float]) -> RunDecision:
+        """After each run: report the running mean; prune a trial that cannot win; extend one
+        close to the best."""
         trial = live.get(number)
         if trial is not None:
             trial.report(float(sum(runs) / len(runs)), step=len(runs))
-        if not cfg.study.pruning or number in protected:
-            return False
-        incumbent = ledger.incumbent()
-        if incumbent is None:
-            return False
-        return cannot_beat(runs, incumbent.runs, min_runs=cfg.study.prune_min_runs)
+        if (
+            cfg.study.pruning
+            and number not in protected
+            and (trial is None or trial.repeat_of is None)
+        ):
+            incumbent = ledger.incumbent()
+            if incumbent is not None and cannot_beat(
+                runs, incumbent.runs, min_runs=cfg.study.prune_min_runs
+            ):
+                return RunDecision.PRUNE
+        evidence = evidence_at_start.get(number)
+        if (
+            evidence is not None
+            and trial is not None
+            and len(runs) >= cfg.bench.repeats
+            and cfg.max_repeats > cfg.bench.repeats
+            and wants_more_runs(
+                runs,
+                evidence.points,
+                evidence.noise,
+                key=canonical_key(trial.candidate),
+                floor=bool(trial.role),
+            )  # fmt: skip
+        ):
+            return RunDecision.EXTEND
+        return RunDecision.CONTINUE
 
-    def record(trial: Any, candidate: Candidate, result: TrialResult) -> None:
+    def record(trial: TrialHandle, result: TrialResult, reused_from: int | None) -> None:
         nonlocal ran, pruned, saved_s
         runs = [v for v in per_run_tok_s(result.requests, scenario).values() if math.isfinite(v)]
-        if result.state in ("COMPLETE", "PRUNED") and runs:
+        if result.state in (TrialState.COMPLETE, TrialState.PRUNED) and runs:
             metrics = dict(result.metrics) | ledger.comparisons(runs)
             result = dataclasses.replace(result, metrics=metrics)
-        store.append_trial(result, _extra(dict(trial.params), dict(trial.user_attrs), runs))
+        if result.launch is not None and result.failure != FailureReason.INTERRUPTED.value:
+            budget.restarts += 1
+        extra = _extra(trial, result, runs, budget.restarts)
+        store.append_trial(result, extra)
         handle.tell(trial, result)
-        if result.state == "COMPLETE" and runs and result.launch is not None:
-            ledger.add(Measured(result.trial, candidate, tuple(runs)))
-        if result.state == "PRUNED":
+        budget.told += 1
+        row = {**extra, "command": "x" if result.launch else None, "failure": result.failure}
+        observations.append(
+            Observation(
+                trial=result.trial, candidate=result.candidate, state=result.state,
+                runs=tuple(runs), failure=result.failure, role=trial.role,
+                launched=launched(row),
+                accept_length=float(result.metrics.get("accept_length", math.nan)),
+            )
+        )  # fmt: skip
+        if result.state is TrialState.COMPLETE and runs and result.launch is not None:
+            ledger.add(Measured(result.trial, result.candidate, tuple(runs)))
+        if result.state is TrialState.PRUNED:
             pruned += 1
             saved_s += float(result.metrics.get("bench_s_saved", 0.0))
         live.pop(result.trial, None)
+        evidence_at_start.pop(result.trial, None)
         ran += 1
-        progress.finished(result)
+        progress.pick = _pick_line(store.load_trials().to_pylist(), handle.roles(), cfg)
+        progress.finished(result, trial, reused_from)
 
-    pending: dict[cf.Future[TrialResult], tuple[Any, Candidate, int]] = {}
+    def next_trial(pending: Sequence[Candidate]) -> TrialHandle | None:
+        nonlocal stopped
+        if handle.queued() or strategy is None:
+            if strategy is None and handle.exhausted():
+                stopped = "every configuration of the grid was tried"
+                return None
+            return handle.ask()
+        proposal = strategy.propose(observations, pending)
+        if proposal is None:
+            if not pending:
+                stopped = "converged: no configuration left that could beat the pick"
+            return None
+        return handle.ask(proposal.candidate, reason=proposal.reason, repeat_of=proposal.repeat_of)
+
+    pending: dict[cf.Future[TrialResult], tuple[TrialHandle, int]] = {}
     free_slots = list(range(slots))
+    instant_in_a_row = 0
     with cf.ThreadPoolExecutor(max_workers=slots, thread_name_prefix="trial") as pool:
         try:
             while True:
-                while free_slots and ran + len(pending) < todo and not handle.exhausted():
-                    trial, candidate = handle.ask()
-                    role = trial.user_attrs.get("role")
-                    if role:
+                while free_slots:
+                    why = budget.why_not(len(pending))
+                    if why:
+                        stopped = stopped or why
+                        break
+                    trial = next_trial([t.candidate for t, _ in pending.values()])
+                    if trial is None:
+                        break
+                    if trial.role:
                         protected.add(trial.number)
-                        if role == "baseline":
+                        if trial.role == "baseline":
                             ledger.baseline = trial.number
-                    instant = _instant_result(handle, trial, candidate)
+                    instant, reused_from = _instant_result(handle, trial, observations)
                     if instant is not None:
-                        record(trial, candidate, instant)
+                        record(trial, instant, reused_from)
+                        instant_in_a_row += 1
+                        if instant_in_a_row >= _MAX_INSTANT_IN_A_ROW:
+                            stopped = "the sampler keeps proposing configurations already tried"
+                            break
                         continue
+                    instant_in_a_row = 0
                     slot = free_slots.pop(0)
                     live[trial.number] = trial
+                    evidence_at_start[trial.number] = weigh(
+                        observations, start_noise=cfg.study.start_noise
+                    )
                     future = pool.submit(
-                        trial_fn, cfg, trial.number, candidate, slot=slot,
+                        trial_fn, cfg, trial.number, trial.candidate, slot=slot,
                         on_phase=progress.phase, on_runs=on_runs,
                     )  # fmt: skip
-                    pending[future] = (trial, candidate, slot)
+                    pending[future] = (trial, slot)
                 if not pending:
                     break
                 finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 for future in finished:
-                    trial, candidate, slot = pending.pop(future)
+                    trial, slot = pending.pop(future)
                     free_slots.append(slot)
-                    record(trial, candidate, future.result())
+                    record(trial, future.result(), None)
+                if stopped and stopped.startswith("the sampler"):
+                    break
         except BaseException:
             # Ctrl-C, SIGTERM or a bug: stop every running server now rather than letting the
             # pool wait for trials to finish; their trials stay RUNNING and are retried on resume.
@@ -325,18 +457,43 @@ def run_study(
                 future.cancel()
             LIVE_ACTORS.kill_all()
             raise
-    roles = _roles(handle)
-    report = build_report(
+    final = build_report(
         store.load_trials().to_pylist(),
-        roles,
-        alpha=cfg.study.alpha,
+        handle.roles(),
+        start_noise=cfg.study.start_noise,
         margin=cfg.study.pick_margin,
     )
-    return StudyOutcome(report, ran, done_before, time.monotonic() - t0, pruned, saved_s)
+    return StudyOutcome(
+        final, ran, done_before, time.monotonic() - t0, pruned, saved_s, budget.restarts,
+        stopped,
+    )  # fmt: skip
 
 
-def _instant_result(handle: StudyHandle, trial: Any, candidate: Candidate) -> TrialResult | None:
-    """Results that need no server: an impossible draft tree, or a candidate measured before."""
+def _pick_line(rows: list[dict[str, Any]], roles: dict[int, str], cfg: ExperimentConfig) -> str:
+    """``pick: 99.1 tok/s (trials 7+12), +57 % vs baseline`` for the progress lines."""
+    if not rows:
+        return "no pick yet"
+    report = build_report(rows, roles, start_noise=cfg.study.start_noise,
+                          margin=cfg.study.pick_margin)  # fmt: skip
+    best = report.best
+    if best is None:
+        return "no pick yet"
+    trials = "+".join(str(t) for t in best.trials[:4])
+    line = f"pick {best.tok_s_mean:.1f} tok/s (trial {trials})"
+    if report.baseline is not None and report.baseline.trials != best.trials:
+        line += f", {(best.tok_s_mean / report.baseline.tok_s_mean - 1) * 100:+.0f} % vs baseline"
+    return line
+
+
+def _instant_result(
+    handle: StudyHandle, trial: TrialHandle, observations: Sequence[Observation]
+) -> tuple[TrialResult | None, int | None]:
+    """Results that need no server, and the trial whose result is reused (if any).
+
+    An impossible draft tree, an NCCL set that already failed a launch, a configuration that
+    already failed, or (without ``repeat_of``) one measured before.
+    """
+    candidate = trial.candidate
     spec = candidate.spec
     if spec is not None and not spec.fits_tree:
         return failed_result(
@@ -346,20 +503,45 @@ def _instant_result(handle: StudyHandle, trial: Any, candidate: Candidate) -> Tr
             f"num_draft_tokens {spec.num_draft_tokens} - 1 exceeds the draft tree's "
             f"{spec.tree_capacity} nodes (topk {spec.eagle_topk}, {spec.num_steps} steps): "
             "SGLang would fail at the first decode, so it was not launched",
-        )
+        ), None
+    if trial.retry_of is not None:
+        return None, None  # an interrupted trial is tried again as it was
+    for o in observations:
+        if (
+            o.state is TrialState.FAIL
+            and o.launched
+            and o.failure in NCCL_FAILURES
+            and o.candidate.nccl_env == candidate.nccl_env
+        ):
+            return failed_result(
+                trial.number, candidate, FailureReason(o.failure),
+                f"the NCCL set of trial {o.trial} failed its launch ({o.failure}); the set is "
+                "not launched again",
+            ), None  # fmt: skip
     key = canonical_key(candidate)
+    failed = handle.failed_by_key().get(key)
+    if failed is not None and failed.number != trial.number:
+        reason = str(failed.attrs.get("failure_reason", "unknown"))
+        trial.set_attr("reused_from", failed.number)
+        return failed_result(
+            trial.number, candidate, FailureReason(reason),
+            f"same configuration as trial {failed.number}, which failed ({reason}): not "
+            "launched again",
+        ), failed.number  # fmt: skip
+    if trial.repeat_of is not None:
+        return None, None  # a deliberate new server start
     previous = handle.completed_by_key().get(key)
     if previous is not None and previous.number != trial.number:
-        trial.set_user_attr("reused_from", previous.number)
+        trial.set_attr("reused_from", previous.number)
         now = time.time()
         metrics = {
             k: float(v)
-            for k, v in previous.user_attrs.items()
+            for k, v in previous.attrs.items()
             if k in ("tok_s_mean", "tok_s_peak", "tok_s_std", "accept_length")
         }
         return TrialResult(
             trial=trial.number,
-            state="COMPLETE",
+            state=TrialState.COMPLETE,
             value=previous.value,
             candidate=candidate,
             launch=None,
@@ -368,5 +550,5 @@ def _instant_result(handle: StudyHandle, trial: Any, candidate: Candidate) -> Tr
             start_unix_s=now,
             end_unix_s=now,
             failure_detail=f"same configuration as trial {previous.number}: result reused",
-        )
-    return None
+        ), previous.number
+    return None, None

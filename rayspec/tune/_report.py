@@ -1,6 +1,8 @@
-"""The end of a study: the best configuration as files and a table in the field table's form.
+"""The end of a study: the configuration to deploy, as files and a table in the field's form.
 
-Reads only the Parquet store, so a report can be rebuilt from a study folder at any time.
+Reads only the Parquet store, so a report can be rebuilt from a study folder at any time. The
+table has one row per configuration: its starts pooled, judged as the search judges them
+(:func:`rayspec.search.weigh`), and the pick is :func:`rayspec.search.pick`'s.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import math
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,49 +22,77 @@ from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
+from rayspec._types import TrialState
+from rayspec.search import Observation
+from rayspec.search import pick
+from rayspec.search import prob_better
+from rayspec.search import weigh
 from rayspec.server import build_launch
-from rayspec.tune._decide import Measured
-from rayspec.tune._decide import pick
+from rayspec.tune._decide import cost_key
 
-__all__ = ["Row", "StudyReport", "build_report", "deploy_script", "format_table", "write_best"]
+__all__ = [
+    "Row",
+    "StudyReport",
+    "build_report",
+    "candidate_from_row",
+    "deploy_script",
+    "format_table",
+    "observations_from_rows",
+    "write_best",
+]
 
 
 @dataclass(frozen=True)
 class Row:
-    """One trial as the report shows it."""
+    """One configuration as the report shows it: every start of it pooled.
 
-    trial: int
-    state: str
+    Attributes:
+        trials: the trials that measured it (its server starts), first first.
+        tok_s_mean: the estimate the pick uses (starts pooled, neighbours too; tok/s).
+        tok_s_runs: the plain mean of every measured run.
+        tok_s_peak: the best run.
+        sd: the estimate's relative standard deviation.
+        starts, runs: server starts and measured runs pooled.
+    """
+
+    trials: tuple[int, ...]
     label: str
+    candidate: Candidate
+    role: str
     tok_s_mean: float
+    tok_s_runs: float
     tok_s_peak: float
     accept_length: float
-    role: str  # baseline, enqueued[i], or ""
-    candidate: Candidate
-    failure: str = ""
-    runs: tuple[float, ...] = ()
-    vs_baseline_significant: float = math.nan
-    vs_baseline_ci: tuple[float, float] = (math.nan, math.nan)
+    sd: float
+    starts: int
+    runs: int
+    vs_baseline_confidence: float = math.nan  # P(faster than the baseline)
     per_scenario: tuple[tuple[str, float], ...] = ()
 
     @property
+    def trial(self) -> int:
+        return self.trials[0]
+
+    @property
     def ok(self) -> bool:
-        return self.state == "COMPLETE" and math.isfinite(self.tok_s_mean)
+        return math.isfinite(self.tok_s_mean)
 
 
 @dataclass(frozen=True)
 class StudyReport:
-    rows: tuple[Row, ...]  # COMPLETE rows, fastest first
+    rows: tuple[Row, ...]  # measured configurations, best estimate first
     baseline: Row | None
-    best: Row | None  # the pick: the fastest, or a cheaper one within noise of it
+    best: Row | None  # the pick
     failed: int
     pruned: int
-    total: int
-    fastest: Row | None = None
+    total: int  # trials
+    fastest: Row | None = None  # the best estimate (differs from best when a floor held)
     pick_note: str = ""  # why best is not the fastest, when it is not
     best_per_scenario: tuple[tuple[str, Row], ...] = ()
     bench_s_saved: float = 0.0
-    reused: int = 0  # trials that repeated a measured configuration (not launched again)
+    reused: int = 0  # trials that repeated a measured configuration (no server started)
+    restarts: int = 0  # server launches
+    failures: tuple[tuple[int, str, str], ...] = ()  # (trial, config, reason)
 
 
 def _f(value: Any) -> float:
@@ -97,84 +128,128 @@ def _runs(r: dict[str, Any]) -> tuple[float, ...]:
     return tuple(float(v) for v in json.loads(r["run_values"])) if r.get("run_values") else ()
 
 
+def launched(r: dict[str, Any]) -> bool:
+    """Whether a row's trial started a server (not a reuse, not refused before launch, and
+    not interrupted: an interrupted trial is tried again and counted then)."""
+    return bool(r.get("command")) and not r.get("note") and r.get("failure") != "interrupted"
+
+
+def observations_from_rows(
+    trial_rows: Sequence[dict[str, Any]], roles: dict[int, str]
+) -> list[Observation]:
+    """The stored trials as the search sees them, in trial order."""
+    out = []
+    for r in sorted(trial_rows, key=lambda r: int(r["trial"])):
+        number = int(r["trial"])
+        out.append(
+            Observation(
+                trial=number,
+                candidate=candidate_from_row(r),
+                state=TrialState(r["state"]),
+                runs=_runs(r),
+                failure=r.get("failure"),
+                role=roles.get(number, str(r.get("role") or "")),
+                launched=launched(r),
+                accept_length=_f(r.get("accept_length")),
+            )
+        )
+    return out
+
+
 def build_report(
     trial_rows: list[dict[str, Any]],
     roles: dict[int, str],
     *,
-    alpha: float = 0.05,
-    margin: float = 0.02,
+    start_noise: float = 0.01,
+    margin: float = 0.0,
 ) -> StudyReport:
-    """Rank the stored trials and pick the configuration to deploy.
+    """Pool each configuration's starts and pick the configuration to deploy.
 
     Args:
         trial_rows: the Parquet trial rows (``ParquetTrialStore.load_trials().to_pylist()``).
         roles: trial number -> "baseline" / "enqueued[i]" for the configurations tried first.
-        alpha: significance level for "within noise".
+        start_noise: the prior between-start noise (``study.start_noise``).
+        margin: ``study.pick_margin`` (0: the best estimate, guarded by the floors).
     """
+    observations = observations_from_rows(trial_rows, roles)
+    evidence = weigh(observations, start_noise=start_noise)
+    by_trial = {int(r["trial"]): r for r in trial_rows}
     scenarios = sorted({k.split("__", 1)[0] for r in trial_rows for k in r if "__tok_s_mean" in k})
-    rows = [
-        Row(
-            trial=int(r["trial"]),
-            state=str(r["state"]),
-            label=str(r["candidate"]),
-            tok_s_mean=_f(r.get("tok_s_mean")),
-            tok_s_peak=_f(r.get("tok_s_peak")),
-            accept_length=_f(r.get("accept_length")),
-            role=roles.get(int(r["trial"]), ""),
-            candidate=candidate_from_row(r),
-            failure=str(r.get("failure") or ""),
-            runs=_runs(r),
-            vs_baseline_significant=_f(r.get("vs_baseline_significant")),
-            vs_baseline_ci=(_f(r.get("vs_baseline_ci95_low")), _f(r.get("vs_baseline_ci95_high"))),
-            per_scenario=tuple((sc, _f(r.get(f"{sc}__tok_s_mean"))) for sc in scenarios),
+    rows: dict[str, Row] = {}
+    for key, point in evidence.points.items():
+        trials = point.trials
+        measured = [by_trial[t] for t in trials]
+        runs = [v for r in measured for v in _runs(r) if math.isfinite(v)]
+        accepts = [_f(r.get("accept_length")) for r in measured]
+        accepts = [a for a in accepts if math.isfinite(a)]
+        role = next((roles[t] for t in trials if t in roles), "")
+        rows[key] = Row(
+            trials=trials,
+            label=point.candidate.label(),
+            candidate=point.candidate,
+            role=role,
+            tok_s_mean=point.estimate.mean,
+            tok_s_runs=sum(runs) / len(runs) if runs else math.nan,
+            tok_s_peak=max(runs) if runs else math.nan,
+            accept_length=sum(accepts) / len(accepts) if accepts else math.nan,
+            sd=point.estimate.sd,
+            starts=point.estimate.starts,
+            runs=point.estimate.runs,
+            per_scenario=tuple(
+                (sc, _mean([_f(r.get(f"{sc}__tok_s_mean")) for r in measured])) for sc in scenarios
+            ),
         )
-        for r in trial_rows
-        if not r.get("note")  # a reused measurement is the same point again
-    ]
-    ok = sorted((r for r in rows if r.ok), key=lambda r: (-r.tok_s_mean, r.trial))
-    baseline = next((r for r in ok if r.role == "baseline"), None)
-    by_trial = {r.trial: r for r in ok}
-    choice = pick(
-        [Measured(r.trial, r.candidate, r.runs) for r in ok if r.runs], alpha=alpha, margin=margin
-    )
-    best = fastest = ok[0] if ok else None
-    note = ""
-    if choice is not None:
-        best, fastest = by_trial[choice.chosen.trial], by_trial[choice.fastest.trial]
-        if choice.comparison is not None:
-            c = choice.comparison
-            note = (
-                f"trial {best.trial} is within noise of the fastest, trial {fastest.trial} "
-                f"(ratio {c.ratio:.3f}, 95 % CI [{c.ci95_low:.3f}, {c.ci95_high:.3f}], "
-                f"p = {c.p_value:.2f}) and cheaper (fewer draft tokens / steps): picked"
-            )
+    baseline_key = next((k for k, r in rows.items() if r.role == "baseline"), None)
+    if baseline_key is not None:
+        base = evidence.points[baseline_key].estimate
+        rows = {
+            k: dataclasses.replace(r, vs_baseline_confidence=prob_better(
+                evidence.points[k].estimate, base))
+            for k, r in rows.items()
+        }  # fmt: skip
+    complete = {k: p for k, p in evidence.points.items() if p.complete}
+    cost = {k: cost_key(p.candidate) for k, p in complete.items()}
+    choice = pick(complete, cheaper_margin=margin, cost=cost)
+    ranked = sorted(rows.values(), key=lambda r: (-r.tok_s_mean, r.trial))
     per_scenario = []
     for i, sc in enumerate(scenarios):
-        ranked = [r for r in ok if math.isfinite(r.per_scenario[i][1])]
-        if ranked:
-            per_scenario.append((sc, max(ranked, key=lambda r: r.per_scenario[i][1])))
+        ranked_sc = [r for r in ranked if math.isfinite(r.per_scenario[i][1])]
+        if ranked_sc:
+            per_scenario.append((sc, max(ranked_sc, key=lambda r: r.per_scenario[i][1])))
+    states = [str(r["state"]) for r in trial_rows]
     saved = sum(_f(r.get("bench_s_saved")) for r in trial_rows if r["state"] == "PRUNED")
-    reused = sum(1 for r in trial_rows if r.get("note"))
+    failures = tuple(
+        (int(r["trial"]), str(r["candidate"]), str(r.get("failure") or "unknown"))
+        for r in sorted(trial_rows, key=lambda r: int(r["trial"]))
+        if r["state"] == "FAIL" and r.get("failure") != "interrupted"
+    )
     return StudyReport(
-        rows=tuple(ok),
-        baseline=baseline,
-        best=best,
-        failed=sum(r.state == "FAIL" for r in rows),
-        pruned=sum(r.state == "PRUNED" for r in rows),
-        total=len(rows) + reused,
-        reused=reused,
-        fastest=fastest,
-        pick_note=note,
+        rows=tuple(ranked),
+        baseline=rows.get(baseline_key) if baseline_key else None,
+        best=rows[choice.point.key] if choice else None,
+        fastest=rows[choice.best.key] if choice else None,
+        pick_note=choice.note if choice else "",
+        failed=len(failures),
+        pruned=states.count("PRUNED"),
+        total=len(trial_rows),
+        reused=sum(1 for r in trial_rows if r.get("note")),
+        restarts=sum(1 for r in trial_rows if launched(r)),
         best_per_scenario=tuple(per_scenario),
         bench_s_saved=0.0 if math.isnan(saved) else saved,
+        failures=failures,
     )
+
+
+def _mean(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else math.nan
 
 
 def _vs(row: Row, baseline: Row | None) -> str:
-    if baseline is None or row.trial == baseline.trial:
+    if baseline is None or row.trials == baseline.trials:
         return "—"
     text = f"{(row.tok_s_mean / baseline.tok_s_mean - 1) * 100:+.1f} %"
-    if row.vs_baseline_significant == 0.0:
+    if 0.05 < row.vs_baseline_confidence < 0.95:
         text += " (within noise)"
     return text
 
@@ -193,23 +268,34 @@ def deploy_warnings(row: Row) -> list[str]:
 
 
 def format_table(report: StudyReport, limit: int = 10) -> str:
-    """The field table's form: config, tok/s mean, peak, vs baseline; best first."""
+    """The field table's form, one row per configuration, best estimate first.
+
+    ``tok/s`` is the estimate the pick uses (all starts pooled); ``starts x runs`` says how much
+    it rests on.
+    """
     shown = list(report.rows[:limit])
     for extra in (r for r in report.rows if r.role and r not in shown):
         shown.append(extra)
+    if report.best is not None and report.best not in shown:
+        shown.append(report.best)
     lines = [
-        "| # | config | tok/s avg | tok/s peak | accept len | vs baseline |",
-        "|---|---|---|---|---|---|",
+        "| trials | config | tok/s | tok/s peak | accept len | starts x runs | vs baseline |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in shown:
         tag = f" ({r.role})" if r.role else ""
-        if report.best is not None and r.trial == report.best.trial:
+        if report.best is not None and r.trials == report.best.trials:
             tag += " (picked)"
         acc = f"{r.accept_length:.2f}" if math.isfinite(r.accept_length) else "—"
+        trials = ",".join(str(t) for t in r.trials[:4]) + ("…" if len(r.trials) > 4 else "")
         lines.append(
-            f"| {r.trial} | {r.label}{tag} | {r.tok_s_mean:.1f} | {r.tok_s_peak:.1f} | {acc} | "
-            f"{_vs(r, report.baseline)} |"
+            f"| {trials} | {r.label}{tag} | {r.tok_s_mean:.1f} | {r.tok_s_peak:.1f} | {acc} | "
+            f"{r.starts} x {r.runs // max(1, r.starts)} | {_vs(r, report.baseline)} |"
         )
+    for trial, label, reason in report.failures[:5]:
+        lines.append(f"| {trial} | {label} | failed: {reason} | | | | |")
+    if len(report.failures) > 5:
+        lines.append(f"| … | {len(report.failures) - 5} more failed trials | | | | | |")
     return "\n".join(lines)
 
 
@@ -243,7 +329,9 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# rayspec study {cfg.study.name}, trial {row.trial}: {row.label}",
-        f"# {row.tok_s_mean:.1f} tok/s mean, {row.tok_s_peak:.1f} peak, {vs} vs baseline"
+        f"# {row.tok_s_mean:.1f} tok/s ({row.starts} server starts x "
+        f"{row.runs // max(1, row.starts)} runs pooled), {row.tok_s_peak:.1f} peak, "
+        f"{vs} vs baseline"
         + (f" ({baseline.tok_s_mean:.1f} tok/s)" if baseline else ""),
     ]
     if cfg.server.engine is Engine.twin:

@@ -4,6 +4,7 @@ same node measures it over loopback, and the whole process tree is gone before i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -23,7 +24,9 @@ from rayspec._exceptions import LaunchError
 from rayspec._types import Candidate
 from rayspec._types import LaunchSpec
 from rayspec._types import RequestRecord
+from rayspec._types import RunDecision
 from rayspec._types import TrialResult
+from rayspec._types import TrialState
 from rayspec.bench import BenchActor
 from rayspec.bench import BenchPlan
 from rayspec.bench import BenchResult
@@ -34,13 +37,21 @@ from rayspec.server import ServerActor
 from rayspec.server import build_launch
 from rayspec.server import parse_decode_lines
 
-__all__ = ["bench_plan", "failed_result", "objective_scenario", "run_trial"]
+__all__ = [
+    "bench_plan",
+    "extension_plan",
+    "failed_result",
+    "objective_scenario",
+    "run_trial",
+    "trial_result",
+]
 
 _log = logging.getLogger(__name__)
 
 PhaseCallback = Callable[[int, str], None]
-# Called with the objective scenario's per-run values so far; True stops the trial (pruned).
-RunsCallback = Callable[[int, Sequence[float]], bool]
+# Called with the objective scenario's per-run values so far: go on, measure past the plan,
+# or stop (pruned).
+RunsCallback = Callable[[int, Sequence[float]], RunDecision]
 _POLL_S = 0.5
 
 
@@ -111,6 +122,20 @@ def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
     )
 
 
+def extension_plan(cfg: ExperimentConfig, done: int) -> BenchPlan:
+    """More runs of the objective scenario on the same server, after ``done`` measured runs:
+    no flush, no warm-up, run numbers (and prompts) continuing where the plan stopped."""
+    plan = bench_plan(cfg)
+    return dataclasses.replace(
+        plan,
+        scenarios=plan.scenarios[:1],
+        warmup=0,
+        flush_cache=False,
+        first_run=done,
+        repeats=max(1, cfg.max_repeats - done),
+    )
+
+
 def objective_scenario(cfg: ExperimentConfig) -> str:
     return cfg.scenarios()[0].name
 
@@ -134,7 +159,7 @@ def failed_result(
     now = time.time()
     return TrialResult(
         trial=number,
-        state="FAIL",
+        state=TrialState.FAIL,
         value=None,
         candidate=candidate,
         launch=launch,
@@ -208,11 +233,21 @@ def run_trial(
         phase(number, "waiting for ready")
         info = ray.get(server.wait_ready.remote())
         phase(number, "benchmarking")
-        bench_result, pruned = _run_bench(bench, launch, cfg, number, on_runs)
+        bench_result, pruned = _run_bench(bench, launch, cfg, number, on_runs, phase)
         view = _server_view(bench, server, launch)
-        return _result(
-            cfg, number, candidate, launch, bench_result, pruned, info, view, start, node_ip,
-            server,
+        failure = first_failure(bench_result.records)
+        if failure is not None:
+            reason, text = failure
+            if reason is not FailureReason.STALLED_STREAM and not _alive(server):
+                reason = _death_reason(server)
+            return failed_result(
+                number, candidate, reason, f"a request failed: {text}"[:2000], launch=launch,
+                start=start, log_tail=_log_tail(server, launch),
+                requests=tuple(bench_result.records), node=node_ip,
+            )  # fmt: skip
+        return trial_result(
+            cfg, number, candidate, launch, bench_result, pruned=pruned, info=info, view=view,
+            start=start, node=node_ip,
         )  # fmt: skip
     except LaunchError as exc:
         return failed_result(
@@ -232,31 +267,69 @@ def run_trial(
         LIVE_ACTORS.drop(number)
 
 
+def _watch(
+    bench: Any,
+    launch: LaunchSpec,
+    plan: BenchPlan,
+    scenario: str,
+    number: int,
+    on_runs: RunsCallback | None,
+    before: Sequence[float],
+    keep_going: RunDecision,
+) -> tuple[BenchResult, RunDecision]:
+    """Run ``plan``, asking after each finished run; stop when the answer is not
+    ``keep_going``. Returns the result and the last answer."""
+    ref = bench.run_detailed.remote(launch.base_url, plan)
+    seen = 0
+    decision = RunDecision.CONTINUE if keep_going is RunDecision.CONTINUE else keep_going
+    stopping = False
+    while True:
+        done, _ = ray.wait([ref], timeout=_POLL_S)
+        if on_runs is not None and not stopping:
+            reports = ray.get(bench.progress.remote())
+            runs = [r.tok_s for r in reports if r.scenario == scenario and r.run >= 0]
+            if len(runs) > seen:
+                seen = len(runs)
+                decision = on_runs(number, [*before, *runs])
+                if decision is RunDecision.PRUNE or (
+                    keep_going is RunDecision.EXTEND and decision is not RunDecision.EXTEND
+                ):
+                    stopping = True
+                    bench.request_stop.remote()
+        if done:
+            break
+    return ray.get(ref), decision
+
+
 def _run_bench(
     bench: Any,
     launch: LaunchSpec,
     cfg: ExperimentConfig,
     number: int,
     on_runs: RunsCallback | None,
+    phase: PhaseCallback,
 ) -> tuple[BenchResult, bool]:
-    """Run the plan, watching each finished run so a hopeless trial can be stopped early."""
-    ref = bench.run_detailed.remote(launch.base_url, bench_plan(cfg))
+    """Run the plan, watching each finished run so a hopeless trial stops early and a close
+    one measures past the plan (``bench.max_repeats``). Returns the result and "pruned"."""
     scenario = objective_scenario(cfg)
-    seen = 0
-    pruned = False
-    while True:
-        done, _ = ray.wait([ref], timeout=_POLL_S)
-        if on_runs is not None and not pruned:
-            reports = ray.get(bench.progress.remote())
-            runs = [r.tok_s for r in reports if r.scenario == scenario and r.run >= 0]
-            if len(runs) > seen:
-                seen = len(runs)
-                if on_runs(number, runs):
-                    pruned = True
-                    bench.request_stop.remote()
-        if done:
-            break
-    return ray.get(ref), pruned
+    result, decision = _watch(
+        bench, launch, bench_plan(cfg), scenario, number, on_runs, (), RunDecision.CONTINUE
+    )
+    if decision is RunDecision.PRUNE:
+        return result, True
+    runs = [r.tok_s for r in result.runs if r.scenario == scenario and r.run >= 0]
+    if decision is RunDecision.EXTEND and not result.stopped and len(runs) < cfg.max_repeats:
+        phase(number, f"close to the best: up to {cfg.max_repeats - len(runs)} more runs")
+        more, _ = _watch(
+            bench, launch, extension_plan(cfg, len(runs)), scenario, number, on_runs, runs,
+            RunDecision.EXTEND,
+        )  # fmt: skip
+        result = BenchResult(
+            records=result.records + more.records,
+            runs=result.runs + more.runs,
+            stopped=more.stopped,
+        )
+    return result, False
 
 
 def _server_view(bench: Any, server: Any, launch: LaunchSpec) -> dict[str, float]:
@@ -288,29 +361,22 @@ def _server_view(bench: Any, server: Any, launch: LaunchSpec) -> dict[str, float
     return out
 
 
-def _result(
+def trial_result(
     cfg: ExperimentConfig,
     number: int,
     candidate: Candidate,
     launch: LaunchSpec,
     bench: BenchResult,
+    *,
     pruned: bool,
     info: dict[str, Any],
     view: dict[str, float],
     start: float,
-    node_ip: str,
-    server: Any,
+    node: str,
 ) -> TrialResult:
+    """A measured trial's result (no request failed): metrics per scenario, the objective,
+    and what pruning saved. Shared by the real trial and the simulated one."""
     records = tuple(bench.records)
-    failure = first_failure(records)
-    if failure is not None:
-        reason, text = failure
-        if reason is not FailureReason.STALLED_STREAM and not _alive(server):
-            reason = _death_reason(server)
-        return failed_result(
-            number, candidate, reason, f"a request failed: {text}"[:2000], launch=launch,
-            start=start, log_tail=_log_tail(server, launch), requests=records, node=node_ip,
-        )  # fmt: skip
     scenarios = [sc.name for sc in cfg.scenarios()]
     metrics = dict(summarize(records, scenario=scenarios[0]))
     for name in scenarios[1:]:
@@ -321,6 +387,7 @@ def _result(
     planned = cfg.bench.repeats * len(scenarios)
     pruned = pruned and len(measured) < planned  # a stop after the last run saves nothing
     metrics["bench_s"] = float(sum(r.wall_s for r in bench.runs))
+    metrics["runs"] = float(sum(1 for r in measured if r.scenario == scenarios[0]))
     metrics.update(bench.client_metrics())  # client CPU share: is it measuring itself?
     if pruned and measured:
         mean_wall = sum(r.wall_s for r in measured) / len(measured)
@@ -331,11 +398,11 @@ def _result(
     if objective is None or not math.isfinite(objective):
         return failed_result(
             number, candidate, FailureReason.UNKNOWN, "no throughput could be computed",
-            launch=launch, start=start, requests=records, node=node_ip,
+            launch=launch, start=start, requests=records, node=node,
         )  # fmt: skip
     return TrialResult(
         trial=number,
-        state="PRUNED" if pruned else "COMPLETE",
+        state=TrialState.PRUNED if pruned else TrialState.COMPLETE,
         value=None if pruned else float(objective),
         candidate=candidate,
         launch=launch,
@@ -349,7 +416,7 @@ def _result(
             else ""
         ),
         server_info=json.dumps(info, default=str)[:20000],
-        node=node_ip,
+        node=node,
     )
 
 

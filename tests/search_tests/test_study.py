@@ -1,8 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
 import time
-
-from optuna.trial import TrialState
 
 from rayspec import Candidate
 from rayspec import TrialResult
@@ -29,10 +28,13 @@ def test_baseline_then_field_config_first(tmp_path) -> None:
     cfg = _cfg(tmp_path)
     space = SearchSpace.from_config(cfg.search)
     handle = open_study(cfg, space)
-    t0, c0 = handle.ask()
-    assert c0 == space.baseline()
+    t0 = handle.ask()
+    c0 = t0.candidate
+    assert c0 == space.baseline() and t0.role == "baseline"
     handle.tell(t0, _result(t0.number, c0, 60.0))
-    t1, c1 = handle.ask()
+    t1 = handle.ask()
+    c1 = t1.candidate
+    assert t1.role == "enqueued[0]"
     assert c1.spec is not None
     assert (c1.spec.num_steps, c1.spec.eagle_topk, c1.spec.num_draft_tokens) == (2, 1, 3)
     assert c1.env == {
@@ -40,7 +42,7 @@ def test_baseline_then_field_config_first(tmp_path) -> None:
         "NCCL_MAX_NCHANNELS": "16", "NCCL_BUFFSIZE": "16777216", "NCCL_NTHREADS": "512",
     }  # fmt: skip
     handle.tell(t1, _result(t1.number, c1, 90.0))
-    assert handle.study.best_trial.number == t1.number
+    assert handle.completed_by_key()[t1.attrs["candidate_key"]].number == t1.number
 
 
 def test_resume_counts_and_interrupted_trials(tmp_path) -> None:
@@ -48,9 +50,11 @@ def test_resume_counts_and_interrupted_trials(tmp_path) -> None:
     space = SearchSpace.from_config(cfg.search)
     handle = open_study(cfg, space)
     for i in range(3):
-        trial, cand = handle.ask()
+        trial = handle.ask()
+        cand = trial.candidate
         handle.tell(trial, _result(trial.number, cand, 50.0 + i, "COMPLETE" if i else "FAIL"))
-    running, cand = handle.ask()  # the driver "dies" here
+    running = handle.ask()  # the driver "dies" here
+    cand = running.candidate
     params = dict(running.params)
 
     again = open_study(cfg, space)  # a new driver on the same storage
@@ -61,12 +65,13 @@ def test_resume_counts_and_interrupted_trials(tmp_path) -> None:
         again.requeue(t)
         again.requeue(t)  # idempotent: one retry
         again.fail(t.number)
-    assert again.study.trials[running.number].state is TrialState.FAIL
+    states = {t.number: t.optuna_state for t in again.trials()}
+    assert states[running.number] == "FAIL"
     assert again.interrupted() == {running.number}
     assert len(again.finished()) == 3  # the interrupted one does not count
-    assert again.remaining(10) == 7
-    retry, retry_cand = again.ask()
-    assert retry.params == params and retry_cand == cand  # tried again
+    retry = again.ask()
+    assert retry.params == params and retry.candidate == cand  # tried again
+    assert retry.retry_of == running.number
 
 
 def test_engine_mismatch_is_refused(tmp_path) -> None:
@@ -99,9 +104,9 @@ def test_grid_sampler_exhausts(tmp_path) -> None:
     handle = open_study(cfg, space)
     seen = set()
     while not handle.exhausted():
-        trial, cand = handle.ask()
-        seen.add(cand)
-        handle.tell(trial, _result(trial.number, cand, 1.0))
+        trial = handle.ask()
+        seen.add(trial.candidate)
+        handle.tell(trial, _result(trial.number, trial.candidate, 1.0))
     assert len(seen) == 2  # off x {unset, LL}
 
 
@@ -116,9 +121,9 @@ def test_an_impossible_tree_queued_on_purpose_is_kept(tmp_path) -> None:
     )  # fmt: skip
     cfg = load_config(write_experiment(str(tmp_path), doc))
     handle = open_study(cfg, SearchSpace.from_config(cfg.search))
-    t0, c0 = handle.ask()
-    handle.tell(t0, _result(t0.number, c0, 60.0))
-    _, cand = handle.ask()
+    t0 = handle.ask()
+    handle.tell(t0, _result(t0.number, t0.candidate, 60.0))
+    cand = handle.ask().candidate
     assert cand.spec is not None and cand.spec.num_draft_tokens == 8
     assert not cand.spec.fits_tree  # recorded as infeasible by the driver, not replaced
 
@@ -137,3 +142,43 @@ def test_a_changed_space_is_refused_before_anything_starts(tmp_path) -> None:
         check_resumable(changed, SearchSpace.from_config(changed.search))
     with pytest.raises(ConfigError, match="Optuna cannot resume a changed space"):
         open_study(changed, SearchSpace.from_config(changed.search))
+
+
+def test_a_failed_configuration_teaches_the_sampler(tmp_path) -> None:
+    """A launch failure is told as an infeasible COMPLETE (TPE reads constraints); an
+    interrupted trial stays Optuna's FAIL (it says nothing about the configuration)."""
+    import optuna
+
+    cfg = _cfg(tmp_path)
+    handle = open_study(cfg, SearchSpace.from_config(cfg.search))
+    t0 = handle.ask()
+    failed = _result(t0.number, t0.candidate, 0.0, "FAIL")
+    handle.tell(t0, failed)
+    study = optuna.load_study(study_name=cfg.study.name, storage=handle._study._storage)
+    frozen = study.trials[t0.number]
+    assert frozen.state is optuna.trial.TrialState.COMPLETE
+    assert frozen.constraints == {"failed": 1.0}
+    assert frozen.user_attrs["state"] == "FAIL" and frozen.user_attrs["failure_reason"]
+    assert t0.attrs["candidate_key"] in handle.failed_by_key()
+    assert t0.attrs["candidate_key"] not in handle.completed_by_key()
+    [stored] = [t for t in handle.trials() if t.number == t0.number]
+    assert stored.state.value == "FAIL"
+    t1 = handle.ask()
+    handle.tell(t1, dataclasses.replace(
+        _result(t1.number, t1.candidate, 0.0, "FAIL"), failure="interrupted"))
+    assert study.trials[t1.number].state is optuna.trial.TrialState.FAIL
+
+
+def test_a_proposal_is_queued_and_asked_with_its_reason(tmp_path) -> None:
+    from rayspec import SpecSettings
+
+    cfg = _cfg(tmp_path, "study.enqueue=[]")
+    handle = open_study(cfg, SearchSpace.from_config(cfg.search))
+    base = handle.ask()
+    handle.tell(base, _result(base.number, base.candidate, 60.0))
+    want = Candidate(nccl_env=(("NCCL_PROTO", "LL"),), spec=SpecSettings("EAGLE3", 2, 4, 6))
+    trial = handle.ask(want, reason="tree ladder", repeat_of=None)
+    assert trial.candidate == want and trial.reason == "tree ladder" and trial.role == ""
+    handle.tell(trial, _result(trial.number, want, 99.0))
+    again = handle.ask(want, reason="confirm", repeat_of=trial.number)
+    assert again.repeat_of == trial.number and again.candidate == want

@@ -1,4 +1,4 @@
-"""Decisions from measurements: pruning rule, comparisons, the cheaper pick within noise."""
+"""Decisions from one trial's runs: the pruning rule and the comparison columns."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from rayspec.tune._decide import Measured
 from rayspec.tune._decide import cannot_beat
 from rayspec.tune._decide import comparison_metrics
 from rayspec.tune._decide import cost_key
-from rayspec.tune._decide import pick
 
 INCUMBENT = [94.0, 95.1, 93.8, 96.9, 94.3]  # spread like the field's 2-step runs
 
@@ -59,37 +58,3 @@ def test_cost_key_orders_draft_tokens_then_steps() -> None:
     assert cost_key(Candidate()) == (0, 0)
     assert cost_key(Candidate(spec=SpecSettings("EAGLE3", 2, 1, 3))) == (3, 2)
     assert cost_key(Candidate(spec=SpecSettings("EAGLE3", 3, 2, 3))) == (3, 3)
-
-
-def test_pick_prefers_cheaper_within_noise() -> None:
-    fast = _m(7, [95.5, 96.0, 94.8, 97.1, 95.0], steps=3)
-    cheap = _m(3, INCUMBENT, steps=2)  # ~1 % slower, within noise, fewer draft tokens
-    slow = _m(4, [86.0, 87.1, 86.5, 88.0, 86.9], steps=1)  # cheapest but clearly slower
-    choice = pick([fast, cheap, slow])
-    assert choice is not None
-    assert choice.fastest.trial == 7 and choice.chosen.trial == 3
-    assert choice.cheaper_within_noise and choice.comparison is not None
-    assert not choice.comparison.significant
-
-
-def test_pick_keeps_the_fastest_when_the_difference_is_significant() -> None:
-    fast = _m(1, [99.0, 99.5, 98.8, 99.2, 99.1], steps=3)
-    cheap = _m(2, INCUMBENT, steps=2)
-    choice = pick([cheap, fast])
-    assert choice is not None and choice.chosen.trial == 1 and choice.comparison is None
-
-
-def test_pick_needs_evidence_for_within_noise() -> None:
-    fast = _m(1, [99.0, 99.5, 98.8], steps=3)
-    single = _m(2, [98.0], steps=1)  # one run: no test, so not "within noise"
-    choice = pick([fast, single])
-    assert choice is not None and choice.chosen.trial == 1
-    assert pick([]) is None
-
-
-def test_pick_keeps_the_fastest_when_the_cheaper_is_more_than_the_margin_slower() -> None:
-    fast = _m(8, [92.0, 99.0, 86.5], steps=2, topk=2)  # noisy: nothing is significant
-    cheap = _m(7, [87.0, 87.2, 87.1])  # no speculation: 5.6 % slower
-    choice = pick([fast, cheap])
-    assert choice is not None and choice.chosen.trial == 8
-    assert pick([fast, cheap], margin=0.1).chosen.trial == 7  # type: ignore[union-attr]

@@ -32,9 +32,9 @@ def _cfg(tmp_path, *extra: str):
 
 def test_study_runs_resumes_and_writes_everything(ray_cluster, tmp_path) -> None:
     lines: list[str] = []
-    cfg = _cfg(tmp_path, "study.n_trials=4")
+    cfg = _cfg(tmp_path, "study.max_restarts=4")
     outcome = run_study(cfg, printer=lines.append)
-    assert outcome.ran == 4
+    assert outcome.ran == 4 and outcome.restarts == 4
     store = ParquetTrialStore(cfg.out_dir)
     rows = {r["trial"]: r for r in store.load_trials().to_pylist()}
     assert sorted(rows) == [0, 1, 2, 3]
@@ -52,8 +52,13 @@ def test_study_runs_resumes_and_writes_everything(ray_cluster, tmp_path) -> None
     requests = store.load_requests().to_pylist()
     assert {r["trial"] for r in requests} >= {0, 1}
     assert all(r["completion_tokens"] == 40 for r in requests if r["error"] is None)
-    # Progress lines say trial n of N and the best so far.
-    assert any(line.startswith("[4/4]") and "best" in line for line in lines)
+    # The NCCL screen ran before the first restart; progress lines say restarts used of the
+    # budget, why the search chose the configuration, and the pick so far.
+    assert any(line.startswith("NCCL screen: ") and "fastest: P2P_LEVEL=SYS PROTO=LL" in line
+               for line in lines)
+    assert os.path.exists(os.path.join(cfg.out_dir, "nccl_screen.json"))
+    assert any(line.startswith("[restart 4/4] trial 3 (") and "pick" in line for line in lines)
+    assert rows[2]["reason"] and rows[2]["restart"] == 3.0
     # The end: best.yaml and best.sh.
     paths = write_best(cfg, outcome.report)
     assert paths is not None
@@ -63,12 +68,13 @@ def test_study_runs_resumes_and_writes_everything(ray_cluster, tmp_path) -> None
     # Logs of every launched trial.
     assert os.path.exists(os.path.join(cfg.out_dir, "logs", "trial-000000.log"))
 
-    # Resume: the same study with a higher n_trials adds exactly the difference.
-    more = _cfg(tmp_path, "study.n_trials=6")
+    # Resume: the same study with a larger budget adds exactly the difference in restarts.
+    more = _cfg(tmp_path, "study.max_restarts=6")
     outcome2 = run_study(more, printer=lines.append)
-    assert outcome2.resumed_from == 4 and outcome2.ran == 2
+    assert outcome2.resumed_from == 4 and outcome2.ran == 2 and outcome2.restarts == 6
     assert sorted(store.trial_numbers()) == [0, 1, 2, 3, 4, 5]
-    # And with n_trials already reached, nothing runs.
+    assert any(line.startswith("NCCL screen: ") and ", from " in line for line in lines)
+    # And with the budget already spent, nothing runs.
     assert run_study(more, printer=lines.append).ran == 0
 
 
@@ -76,13 +82,13 @@ def test_cli_runs_a_small_study(tmp_path) -> None:
     """`python -m rayspec.tune` itself: its own local Ray, exit 0, the table, best files."""
     proc = subprocess.run(
         [sys.executable, "-m", "rayspec.tune", TWIN_EXPERIMENT, f"output.dir={tmp_path}",
-         "study.n_trials=2", f"server.port={free_port_block()}",
+         "study.max_restarts=2", f"server.port={free_port_block()}",
          f"cluster.dashboard_port={free_port_block(1)}", *FAST],
         capture_output=True, text=True, cwd=REPO, timeout=240,
         env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "| # | config | tok/s avg | tok/s peak |" in proc.stdout
+    assert "| trials | config | tok/s | tok/s peak |" in proc.stdout
     assert "(baseline)" in proc.stdout
     assert "SIMULATED" in proc.stdout
     out = os.path.join(tmp_path, "eagle3-twin")
@@ -92,7 +98,7 @@ def test_cli_runs_a_small_study(tmp_path) -> None:
 
 @pytest.mark.parametrize("fault", ["crash-startup"])
 def test_a_failed_trial_is_recorded_and_the_study_goes_on(ray_cluster, tmp_path, fault) -> None:
-    cfg = _cfg(tmp_path, "study.n_trials=2", f"server.twin.fault={fault}")
+    cfg = _cfg(tmp_path, "study.max_restarts=2", f"server.twin.fault={fault}")
     outcome = run_study(cfg, printer=lambda _s: None)
     rows = ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()
     assert outcome.ran == 2 and len(rows) == 2

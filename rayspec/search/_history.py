@@ -1,0 +1,352 @@
+"""The measured trials as the search sees them, and the pick they support (pure).
+
+An :class:`Observation` is one finished trial. Observations of the same configuration (same
+:func:`~rayspec.search.canonical_key`) are one *point*; each launched trial of it is one server
+*start* (:class:`~rayspec.search._posterior.Start`). :func:`point_estimates` turns them into
+posteriors with the noise that is really there (``_posterior``), and :func:`pick` chooses what to
+deploy: the best posterior mean, never below a configuration the user enqueued (or the baseline)
+unless the evidence says it beats it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rayspec._types import Candidate
+from rayspec._types import TrialState
+from rayspec.search._posterior import Estimate
+from rayspec.search._posterior import Noise
+from rayspec.search._posterior import Start
+from rayspec.search._posterior import estimate
+from rayspec.search._posterior import estimate_noise
+from rayspec.search._posterior import prob_better
+from rayspec.search._space import canonical_key
+from rayspec.search._surface import Surface
+from rayspec.search._surface import spec_features
+
+__all__ = ["Evidence", "Observation", "Pick", "Point", "pick", "point_estimates", "weigh"]
+
+# The pick leaves a floor (the baseline, an enqueued configuration) only with this confidence
+# that the new configuration is faster: a hand-tuned setting is a floor, not a ceiling.
+FLOOR_CONFIDENCE = 0.99
+FLOOR_STARTS = 2  # ... and only for a configuration that was started at least this often
+# Contenders: points within this (log) distance of the best mean; their true spread is never
+# assumed below _MIN_CONTENDER_SD, so shrinkage corrects the winner's curse without erasing
+# differences the data show.
+_CONTENDER_SPAN = 0.03
+_MIN_CONTENDER_SD = 0.004
+# The surface is fitted to the speculative points of one NCCL set within this (log) distance
+# of their best, once there are at least this many.
+_SURFACE_SPAN = 0.10
+_SURFACE_MIN_POINTS = 3
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One finished trial.
+
+    Attributes:
+        trial: the trial number.
+        candidate: what it ran.
+        state: COMPLETE, PRUNED or FAIL.
+        runs: the objective's per-run values (COMPLETE and PRUNED trials).
+        failure: the failure reason of a FAIL (a ``FailureReason`` value).
+        role: ``baseline``, ``enqueued[i]`` or ``""`` (chosen by the search).
+        launched: whether a server was started (False: a reused result, or never launched).
+        accept_length: the trial's mean accept length (NaN without speculation).
+    """
+
+    trial: int
+    candidate: Candidate
+    state: TrialState
+    runs: tuple[float, ...] = ()
+    failure: str | None = None
+    role: str = ""
+    launched: bool = True
+    accept_length: float = math.nan
+
+    @property
+    def key(self) -> str:
+        return canonical_key(self.candidate)
+
+    @property
+    def measured(self) -> bool:
+        return (
+            self.launched
+            and self.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            and any(v > 0 and math.isfinite(v) for v in self.runs)
+        )
+
+    @property
+    def is_floor(self) -> bool:
+        return self.role == "baseline" or self.role.startswith("enqueued")
+
+
+@dataclass(frozen=True)
+class Point:
+    """A measured configuration: its candidate, its posterior and where it came from."""
+
+    key: str
+    candidate: Candidate
+    estimate: Estimate
+    trials: tuple[int, ...]
+    floor: bool  # the baseline or an enqueued configuration
+    complete: bool  # at least one start ran every planned run (not only pruned ones)
+
+
+def _shrink_contenders(points: dict[str, Point]) -> dict[str, Point]:
+    """Pull the contenders' log means towards their common level, each by its own uncertainty.
+
+    The contenders are the points within ``_CONTENDER_SPAN`` of the best mean. Near the top
+    the true differences are small and the measured ones are mostly noise, so the best single
+    start is usually lucky (the winner's curse); an empirical-Bayes prior fitted to the
+    contenders (their spread beyond noise) shrinks a point measured once more than a point
+    measured several times. Points far below the top are left as they are.
+    """
+    if len(points) < 3:
+        return points
+    top = max(p.estimate.log_mean for p in points.values())
+    group = [p for p in points.values() if p.estimate.log_mean >= top - _CONTENDER_SPAN]
+    if len(group) < 3:
+        return points
+    weights = [1.0 / p.estimate.sd**2 for p in group]
+    m0 = sum(w * p.estimate.log_mean for w, p in zip(weights, group, strict=True)) / sum(weights)
+    spread = sum((p.estimate.log_mean - m0) ** 2 for p in group) / (len(group) - 1)
+    noise = sum(p.estimate.sd**2 for p in group) / len(group)
+    tau2 = max(spread - noise, _MIN_CONTENDER_SD**2)
+    out = dict(points)
+    for p in group:
+        e = p.estimate
+        w = tau2 / (tau2 + e.sd**2)
+        shrunk = Estimate(math.exp(m0 + w * (e.log_mean - m0)), math.sqrt(w) * e.sd,
+                          e.starts, e.runs, e.within)  # fmt: skip
+        out[p.key] = Point(p.key, p.candidate, shrunk, p.trials, p.floor, p.complete)
+    return out
+
+
+Lattice = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]  # (NCCL set, flags)
+
+
+def lattice_of(candidate: Candidate) -> Lattice:
+    """The surface a speculative configuration lies on: same NCCL set, same flags."""
+    return (candidate.nccl_env, candidate.flags)
+
+
+def _fit_surfaces(
+    points: dict[str, Point], groups: Mapping[str, list[Start]], noise: Noise
+) -> dict[Lattice, tuple[Surface, frozenset[str]]]:
+    """One surface per NCCL set and flags, over the speculative points near its best.
+
+    Points of one NCCL set (and the same flags) whose settings differ only in steps, topk and
+    draft tokens lie on one smooth surface (:class:`~rayspec.search._surface.Surface`). It is
+    fitted to the starts of the points within ``_SURFACE_SPAN`` of the set's best, once there
+    are ``_SURFACE_MIN_POINTS`` of them.
+    """
+    lattices: dict[Lattice, list[Point]] = {}
+    for p in points.values():
+        if p.candidate.spec is not None:
+            lattices.setdefault(lattice_of(p.candidate), []).append(p)
+    surfaces: dict[Lattice, tuple[Surface, frozenset[str]]] = {}
+    for lattice, members in lattices.items():
+        top = max(p.estimate.log_mean for p in members)
+        near = [p for p in members if p.estimate.log_mean >= top - _SURFACE_SPAN]
+        if len(near) < _SURFACE_MIN_POINTS:
+            continue
+        feats, ys, vs = [], [], []
+        for p in near:
+            assert p.candidate.spec is not None
+            f = spec_features(p.candidate.spec)
+            for st in groups[p.key]:
+                logs = st.logs
+                if logs:
+                    feats.append(f)
+                    ys.append(sum(logs) / len(logs))
+                    vs.append(noise.between**2 + p.estimate.within**2 / len(logs))
+        surfaces[lattice] = (Surface(feats, ys, vs), frozenset(p.key for p in near))
+    return surfaces
+
+
+def _smooth(
+    points: dict[str, Point], surfaces: Mapping[Lattice, tuple[Surface, frozenset[str]]]
+) -> dict[str, Point]:
+    """Each speculative point the surface was fitted to takes the surface's posterior there,
+    which pools the starts of its neighbours. Points far below the top keep their own."""
+    out = dict(points)
+    for p in points.values():
+        fitted = surfaces.get(lattice_of(p.candidate))
+        if fitted is None or p.candidate.spec is None or p.key not in fitted[1]:
+            continue
+        surface = fitted[0]
+        means, sds = surface.predict([spec_features(p.candidate.spec)])
+        e = p.estimate
+        smoothed = Estimate(math.exp(float(means[0])), float(sds[0]), e.starts, e.runs, e.within)
+        out[p.key] = Point(p.key, p.candidate, smoothed, p.trials, p.floor, p.complete)
+    return out
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the observations say: each point's posterior, the noise, and the surfaces.
+
+    Attributes:
+        points: every measured configuration, by canonical key.
+        noise: the within- and between-start noise they were judged with.
+        surfaces: the fitted surfaces, by (NCCL set, flags); they also predict configurations
+            not measured yet.
+    """
+
+    points: dict[str, Point]
+    noise: Noise
+    surfaces: dict[Lattice, tuple[Surface, frozenset[str]]]
+
+    def predict(self, candidate: Candidate) -> Estimate | None:
+        """The posterior of a configuration: measured, or predicted by its surface."""
+        key = canonical_key(candidate)
+        if key in self.points:
+            return self.points[key].estimate
+        fitted = self.surfaces.get(lattice_of(candidate))
+        if fitted is None or candidate.spec is None:
+            return None
+        means, sds = fitted[0].predict([spec_features(candidate.spec)])
+        return Estimate(math.exp(float(means[0])), float(sds[0]), 0, 0, self.noise.within)
+
+
+def weigh(
+    observations: Iterable[Observation], *, start_noise: float = 0.01, smooth: bool = True
+) -> Evidence:
+    """Every measured configuration's posterior, with the noise that is really there.
+
+    Args:
+        observations: the finished trials.
+        start_noise: the prior between-start relative sd (``study.start_noise``).
+        smooth: pool neighbouring speculative settings through a fitted surface (the default);
+            False judges each configuration by its own starts only (with a mild shrinkage of
+            the contenders towards each other).
+    """
+    groups: dict[str, list[Start]] = {}
+    info: dict[str, tuple[Candidate, list[int], bool, bool]] = {}
+    for o in observations:
+        if not o.measured:
+            continue
+        key = o.key
+        runs = tuple(v for v in o.runs if v > 0 and math.isfinite(v))
+        groups.setdefault(key, []).append(Start(o.trial, runs))
+        cand, trials, floor, complete = info.get(key, (o.candidate, [], False, False))
+        info[key] = (
+            cand,
+            [*trials, o.trial],
+            floor or o.is_floor,
+            complete or o.state is TrialState.COMPLETE,
+        )
+    noise = estimate_noise(groups, prior_between=start_noise)
+    points: dict[str, Point] = {}
+    for key, starts in groups.items():
+        est = estimate(starts, noise)
+        if est is None:
+            continue
+        cand, trials, floor, complete = info[key]
+        points[key] = Point(key, cand, est, tuple(trials), floor, complete)
+    if not smooth:
+        return Evidence(_shrink_contenders(points), noise, {})
+    surfaces = _fit_surfaces(points, groups, noise)
+    return Evidence(_smooth(points, surfaces), noise, surfaces)
+
+
+def point_estimates(
+    observations: Iterable[Observation], *, start_noise: float = 0.01, smooth: bool = True
+) -> tuple[dict[str, Point], Noise]:
+    """Every measured configuration's posterior and the noise (see :func:`weigh`)."""
+    ev = weigh(observations, start_noise=start_noise, smooth=smooth)
+    return ev.points, ev.noise
+
+
+@dataclass(frozen=True)
+class Pick:
+    """What to deploy, and why.
+
+    Attributes:
+        point: the chosen configuration.
+        best: the configuration with the best posterior mean (differs from ``point`` when
+            the evidence is not strong enough to leave a floor, or a cheaper one was asked for).
+        note: one line explaining a choice other than ``best``; empty otherwise.
+    """
+
+    point: Point
+    best: Point
+    note: str = ""
+
+
+def pick(
+    points: Mapping[str, Point],
+    *,
+    cheaper_margin: float = 0.0,
+    cost: Mapping[str, tuple[int, int]] | None = None,
+) -> Pick | None:
+    """The configuration to deploy: the best posterior mean, guarded by the floors.
+
+    A floor is the baseline or a configuration the user enqueued. A point replaces the best
+    floor only when it was started at least twice (a lucky server start must not displace a
+    known setting) and ``P(point > floor) >= 0.99``; the pick is the best such point, or the
+    floor. With ``cheaper_margin > 0`` (an explicit request), the cheapest point (``cost``:
+    fewer draft tokens, then fewer steps) whose mean is within that fraction of the chosen one
+    is chosen instead.
+
+    Only points with at least one complete start compete (a pruned start is evidence
+    against a point, never enough for it).
+    """
+    ranked = sorted((p for p in points.values() if p.complete), key=lambda p: -p.estimate.log_mean)
+    if not ranked:
+        return None
+    best = ranked[0]
+    chosen, note = best, ""
+    floors = [p for p in ranked if p.floor]
+    if floors and not best.floor:
+        floor = floors[0]
+        eligible = [
+            p
+            for p in ranked
+            if p.floor
+            or (
+                p.estimate.starts >= FLOOR_STARTS
+                and prob_better(p.estimate, floor.estimate) >= FLOOR_CONFIDENCE
+            )
+        ]
+        chosen = eligible[0]
+        if chosen.key != best.key:
+            why = (
+                "has one server start; a floor is only left for a configuration started twice"
+                if best.estimate.starts < FLOOR_STARTS
+                else f"beats {_trials(floor)} with only "
+                f"{prob_better(best.estimate, floor.estimate):.0%} confidence "
+                f"(needs {FLOOR_CONFIDENCE:.0%})"
+            )
+            note = (
+                f"picked {_trials(chosen)}: the best mean ({_trials(best)}, "
+                f"{best.estimate.mean:.1f}) {why}"
+            )
+    if cheaper_margin > 0 and cost is not None:
+        limit = chosen.estimate.log_mean + math.log1p(-cheaper_margin)
+        within = [p for p in ranked if p.estimate.log_mean >= limit]
+        cheapest = min(within, key=lambda p: (cost.get(p.key, (0, 0)), -p.estimate.log_mean))
+        if cheapest.key != chosen.key:
+            note = (
+                f"{_trials(cheapest)} is within {cheaper_margin:.0%} of {_trials(chosen)} and "
+                "cheaper (fewer draft tokens / steps): picked, as study.pick_margin asks"
+            )
+            chosen = cheapest
+    return Pick(chosen, best, note)
+
+
+def _trials(p: Point) -> str:
+    return "trial " + "+".join(str(t) for t in p.trials)
+
+
+def observations_by_key(observations: Sequence[Observation]) -> dict[str, list[Observation]]:
+    out: dict[str, list[Observation]] = {}
+    for o in observations:
+        out.setdefault(o.key, []).append(o)
+    return out

@@ -1,0 +1,521 @@
+"""rayspec's default search: settle NCCL without restarts, search speculation by its structure,
+and re-launch the contenders before calling one best.
+
+Every restart on a real node costs minutes, so the strategy spends them where the structure of
+the problem says the answer is (DESIGN.md "How the search spends restarts"):
+
+1. **NCCL from the screen.** Each candidate runs with the NCCL class the screen found fastest
+   at its own message size (a verify of N tokens moves N x hidden x bytes). Sets the screen
+   cannot tell apart are one point; a set that failed a launch on an NCCL cause is banned.
+2. **Chains** (topk 1, so draft tokens = steps + 1): a bracketing ladder over the step counts,
+   throughput being unimodal-ish in steps: step away from the start while it improves (with
+   growing strides), then bisect back to the best.
+3. **No speculation**: one point.
+4. **Trees**: at the best chain's depth and a middle topk, a ladder over the draft-token budgets
+   the tree can hold, starting near twice the chain's verify width.
+5. **Local refinement** around the best tree: the neighbouring budget, depth and topk.
+6. **Searched flags**: each value once, at the best configuration.
+7. **Confirmation**: the best is re-launched (a fresh server start) and so is any configuration
+   that could still beat it, until the pooled starts separate them or each has ``max_starts``.
+
+The strategy is a pure function of the observations (nothing to save or restore): a resumed
+study, or another driver, proposes exactly what this one would. ``propose`` returns None when
+nothing is left that could change the answer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from collections.abc import Collection
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rayspec._config import SPEC_OFF
+from rayspec._types import Candidate
+from rayspec._types import SpecSettings
+from rayspec._types import TrialState
+from rayspec.screen import ScreenReport
+from rayspec.search._history import FLOOR_STARTS
+from rayspec.search._history import Evidence
+from rayspec.search._history import Observation
+from rayspec.search._history import Point
+from rayspec.search._history import pick
+from rayspec.search._history import weigh
+from rayspec.search._posterior import Estimate
+from rayspec.search._posterior import Noise
+from rayspec.search._posterior import Start
+from rayspec.search._posterior import estimate
+from rayspec.search._posterior import prob_better
+from rayspec.search._space import FLAG_OFF
+from rayspec.search._space import SearchSpace
+from rayspec.search._space import canonical_key
+
+__all__ = ["Proposal", "StructuredSearch"]
+
+# A failure of these kinds condemns the NCCL set, not the speculative settings.
+NCCL_FAILURES = ("nccl_init", "nccl_first_collective")
+_PREFERRED_TOPK = 4
+_EXPLORE_AROUND = 3  # unmeasured neighbours of this many best configurations are candidates
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """The next configuration to launch, and why (shown in the progress line and the table).
+
+    Attributes:
+        candidate: what to launch.
+        reason: one short phrase (``chain ladder``, ``confirm trial 7``, ...).
+        repeat_of: set for a re-launch of a measured configuration (a new server start that
+            is pooled with the earlier ones; never a reuse of the old result).
+    """
+
+    candidate: Candidate
+    reason: str
+    repeat_of: int | None = None
+
+
+@dataclass(frozen=True)
+class _View:
+    """What the observations say, computed once per proposal."""
+
+    evidence: Evidence
+    points: dict[str, Point]
+    failed: set[str]  # canonical keys that failed (not on an NCCL cause)
+    banned: set[tuple[tuple[str, str], ...]]  # NCCL sets that failed a launch
+    busy: set[str]  # keys pending (running in another slot)
+    by_spec: dict[SpecSettings | None, list[Observation]]
+    noise: Noise
+
+
+class StructuredSearch:
+    """Propose the next configuration from what has been measured.
+
+    Args:
+        space: the search space.
+        screen: the NCCL screen's report (None: NCCL is not searched; the default and the
+            enqueued sets are all that is launched).
+        token_bytes: all-reduce bytes of one token's activation (hidden size x bytes).
+        concurrency: the objective scenario's concurrency (message sizes scale with it).
+        start_noise: the prior between-start relative sd (``study.start_noise``).
+        max_starts: at most this many starts of one configuration.
+        confident: how sure a ladder must be that a neighbour is worse to stop there (an
+            uncertain drop is looked past once).
+        contend: a configuration whose chance of beating the best is at least this is
+            re-launched before the study calls the best.
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        screen: ScreenReport | None,
+        *,
+        token_bytes: int,
+        concurrency: int = 1,
+        start_noise: float = 0.01,
+        max_starts: int = 3,
+        confident: float = 0.75,
+        contend: float = 0.2,
+    ) -> None:
+        self.space = space
+        self.screen = screen
+        self.token_bytes = token_bytes
+        self.concurrency = max(1, concurrency)
+        self.start_noise = start_noise
+        self.max_starts = max_starts
+        self.confident = confident
+        self.contend = contend
+        algos = [m for m in space.modes if m != SPEC_OFF]
+        self.algorithm = algos[0] if algos else None
+        self.steps = sorted(space.num_steps)
+        self.topks = sorted(space.eagle_topk)
+        self.budgets = sorted(space.num_draft_tokens)
+
+    # -- NCCL --------------------------------------------------------------------------------
+    def _message_bytes(self, spec: SpecSettings | None) -> int:
+        tokens = 1 if spec is None else spec.num_draft_tokens
+        return self.concurrency * tokens * self.token_bytes
+
+    def nccl_for(
+        self,
+        spec: SpecSettings | None,
+        banned: Collection[tuple[tuple[str, str], ...]] = (),
+    ) -> tuple[tuple[str, str], ...]:
+        """The NCCL set to launch ``spec`` with: the screen's fastest class at its size."""
+        if self.screen is None or not self.screen.classes:
+            return ()
+        try:
+            _, env = self.screen.best_for(self._message_bytes(spec), banned=banned)
+        except LookupError:
+            return ()
+        return env
+
+    def _same_class(self, a: tuple[tuple[str, str], ...], b: tuple[tuple[str, str], ...]) -> bool:
+        if a == b:
+            return True
+        if self.screen is None:
+            return False
+        ca, cb = self.screen.class_of(a), self.screen.class_of(b)
+        return ca is not None and ca is cb
+
+    def candidate(self, spec: SpecSettings | None, view: _View | None = None) -> Candidate:
+        banned = view.banned if view is not None else set()
+        return Candidate(nccl_env=self.nccl_for(spec, banned), spec=spec)
+
+    # -- the view ----------------------------------------------------------------------------
+    def _view(self, observations: Sequence[Observation], pending: Sequence[Candidate]) -> _View:
+        evidence = weigh(observations, start_noise=self.start_noise)
+        points, noise = evidence.points, evidence.noise
+        failed: set[str] = set()
+        banned: set[tuple[tuple[str, str], ...]] = set()
+        by_spec: dict[SpecSettings | None, list[Observation]] = {}
+        for o in observations:
+            if o.state is TrialState.FAIL and o.failure not in (None, "interrupted"):
+                if o.failure in NCCL_FAILURES:
+                    banned.add(o.candidate.nccl_env)
+                else:
+                    failed.add(o.key)
+            if o.measured and not o.candidate.flags:
+                by_spec.setdefault(o.candidate.spec, []).append(o)
+        return _View(
+            evidence=evidence,
+            points=points,
+            failed=failed,
+            banned=banned,
+            busy={canonical_key(c) for c in pending},
+            by_spec=by_spec,
+            noise=noise,
+        )
+
+    def spec_estimate(self, spec: SpecSettings | None, view: _View) -> Estimate | None:
+        """A speculative setting's posterior at the NCCL class it would be launched with.
+
+        Starts of any member of that class count (the screen cannot tell them apart), so an
+        enqueued configuration with six tuned variables informs the same point as the two
+        variables that matter.
+        """
+        env = self.nccl_for(spec, view.banned)
+        starts = [
+            Start(o.trial, o.runs)
+            for o in view.by_spec.get(spec, [])
+            if self._same_class(o.candidate.nccl_env, env)
+        ]
+        if not starts:
+            return None
+        return estimate(starts, view.noise)
+
+    def _tried(self, spec: SpecSettings | None, view: _View) -> bool:
+        """Measured, failed, running, or impossible: nothing more to learn by launching it."""
+        cand = self.candidate(spec, view)
+        key = canonical_key(cand)
+        if key in view.failed or key in view.busy:
+            return True
+        if spec is not None and not spec.fits_tree:
+            return True
+        if any(canonical_key(Candidate(nccl_env=o.candidate.nccl_env, spec=spec)) in view.failed
+               for o in view.by_spec.get(spec, [])):  # fmt: skip
+            return True
+        return self.spec_estimate(spec, view) is not None
+
+    # -- proposals ---------------------------------------------------------------------------
+    def propose(
+        self, observations: Sequence[Observation], pending: Sequence[Candidate] = ()
+    ) -> Proposal | None:
+        """The next configuration to launch, or None when the search is done."""
+        view = self._view(observations, pending)
+        stages: tuple[Callable[[_View], Proposal | None], ...] = (
+            self._settle,
+            self._chains,
+            self._trees,
+            self._no_speculation,
+            self._improve,
+            self._flags,
+        )
+        for stage in stages:
+            proposal = stage(view)
+            if proposal is not None:
+                return proposal
+        return None
+
+    def _spec(self, k: int, m: int, n: int) -> SpecSettings:
+        assert self.algorithm is not None
+        return SpecSettings(self.algorithm, k, m, k + 1 if m == 1 else n)
+
+    def _best_chain(self, view: _View) -> int | None:
+        if self.algorithm is None or 1 not in self.topks:
+            return None
+        best: tuple[float, int] | None = None
+        for k in self.steps:
+            est = self.spec_estimate(self._spec(k, 1, k + 1), view)
+            if est is not None and (best is None or est.log_mean > best[0]):
+                best = (est.log_mean, k)
+        return best[1] if best else None
+
+    def _settle(self, view: _View) -> Proposal | None:
+        """A better mean held back by a floor for want of a second start gets it at once."""
+        choice = pick(view.points)
+        if choice is None or choice.point.key == choice.best.key:
+            return None
+        best = choice.best
+        if best.estimate.starts >= FLOOR_STARTS or best.key in view.busy:
+            return None
+        if prob_better(best.estimate, choice.point.estimate) < 0.5:
+            return None
+        return Proposal(
+            best.candidate,
+            f"confirm the best (trial {best.trials[0]}) before it "
+            f"replaces trial {choice.point.trials[0]}",
+            repeat_of=best.trials[0],
+        )
+
+    def _chains(self, view: _View) -> Proposal | None:
+        if self.algorithm is None or 1 not in self.topks:
+            return None
+        start = 2 if 2 in self.steps else self.steps[min(1, len(self.steps) - 1)]
+        # Upwards from two steps only: a one-step chain is rarely the answer, and the tree
+        # refinement still looks one step shallower around the best tree.
+        k = self._ladder(self.steps, lambda k: self._spec(k, 1, k + 1), start, view, down=False)
+        if k is None:
+            return None
+        return Proposal(self.candidate(self._spec(k, 1, k + 1), view), f"chain ladder: {k} steps")
+
+    def _no_speculation(self, view: _View) -> Proposal | None:
+        if SPEC_OFF not in self.space.modes or self._tried(None, view):
+            return None
+        return Proposal(self.candidate(None, view), "no speculation with the screened NCCL set")
+
+    def _tree_shape(self, view: _View) -> tuple[int, int] | None:
+        trees = [m for m in self.topks if m > 1]
+        if self.algorithm is None or not trees:
+            return None
+        m = min(trees, key=lambda t: (abs(math.log(t / _PREFERRED_TOPK)), -t))
+        k = self._best_chain(view)
+        if k is None:
+            k = 2 if 2 in self.steps else self.steps[0]
+        return k, m
+
+    def _trees(self, view: _View) -> Proposal | None:
+        shape = self._tree_shape(view)
+        if shape is None:
+            return None
+        k, m = shape
+        budgets = [n for n in self.budgets if n > k + 1 and self._spec(k, m, n).fits_tree]
+        if not budgets:
+            return None
+        target = 2 * k + 1
+        start = min(budgets, key=lambda n: (abs(n - target), -n))
+        n = self._ladder(budgets, lambda n: self._spec(k, m, n), start, view)
+        if n is None:
+            return None
+        return Proposal(
+            self.candidate(self._spec(k, m, n), view),
+            f"tree ladder: {k} steps, topk {m}, {n} tokens",
+        )
+
+    def _incumbent(self, view: _View) -> Point | None:
+        complete = [p for p in view.points.values() if p.complete]
+        return max(complete, key=lambda p: p.estimate.log_mean) if complete else None
+
+    def _neighbours(self, spec: SpecSettings) -> list[SpecSettings]:
+        """Settings one step away on each axis (steps, topk, draft tokens), if possible."""
+        k, m, n = spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
+        out: list[SpecSettings] = []
+        for kb in _adjacent(self.steps, k):
+            out.append(self._spec(kb, m, n))
+        for mb in _adjacent(self.topks, m):
+            out.append(self._spec(k, mb, n if m > 1 else k + 1))
+        if m > 1:
+            for nb in _adjacent(self.budgets, n):
+                out.append(self._spec(k, m, nb))
+        return [s for s in out if s.fits_tree and (s.eagle_topk > 1 or s.num_draft_tokens > 1)]
+
+    def _improve(self, view: _View) -> Proposal | None:
+        """Around the top: measure what is most likely to beat the best, measured or not.
+
+        The candidates are the measured configurations (a re-launch pools another start) and
+        the unmeasured neighbours of the best few speculative ones (predicted by the fitted
+        surface). The one most likely to beat the best is launched; when that is a measured
+        rival, the one of the two with fewer starts goes first. A floor (baseline, enqueued)
+        holding the pick against a better mean is settled the same way. Nothing likely enough
+        left (below ``contend``) and the best started twice: the search is done.
+        """
+        inc = self._incumbent(view)
+        if inc is None:
+            return None
+        choice = pick(view.points)
+        if choice is not None and choice.point.key != inc.key:
+            # A floor holds the pick against a better mean: more starts of the two settle it.
+            for p in sorted((choice.point, inc), key=lambda p: p.estimate.starts):
+                if p.estimate.starts < self.max_starts and p.key not in view.busy:
+                    return Proposal(
+                        p.candidate, f"settle the best against trial {choice.point.trials[0]}",
+                        repeat_of=p.trials[0],
+                    )  # fmt: skip
+        options: list[tuple[float, Proposal, Point | None]] = []
+        for p in view.points.values():
+            if p.key == inc.key or not p.complete or p.key in view.busy:
+                continue
+            if p.estimate.starts >= self.max_starts:
+                continue
+            proposal = Proposal(p.candidate, f"re-measure a contender (trial {p.trials[0]})",
+                                repeat_of=p.trials[0])  # fmt: skip
+            options.append((prob_better(p.estimate, inc.estimate), proposal, p))
+        specs = [p for p in view.points.values() if p.candidate.spec is not None and p.complete]
+        specs.sort(key=lambda p: -p.estimate.log_mean)
+        seen: set[str] = set()
+        for p in specs[:_EXPLORE_AROUND]:
+            assert p.candidate.spec is not None
+            for nb in self._neighbours(p.candidate.spec):
+                cand = self.candidate(nb, view)
+                key = canonical_key(cand)
+                if key in seen or self._tried(nb, view):
+                    continue
+                seen.add(key)
+                predicted = view.evidence.predict(cand)
+                prob = 0.5 if predicted is None else prob_better(predicted, inc.estimate)
+                what = f"{nb.num_steps} steps, topk {nb.eagle_topk}, {nb.num_draft_tokens} tokens"
+                options.append((prob, Proposal(cand, f"explore next to the best: {what}"), None))
+        best = max(options, key=lambda t: t[0], default=None)
+        if best is not None and best[0] >= self.contend:
+            prob, proposal, rival = best
+            if rival is not None and inc.estimate.starts <= rival.estimate.starts:
+                if inc.key not in view.busy and inc.estimate.starts < self.max_starts:
+                    return Proposal(inc.candidate, f"confirm the best (trial {inc.trials[0]})",
+                                    repeat_of=inc.trials[0])  # fmt: skip
+            return proposal
+        if inc.estimate.starts < 2 and inc.key not in view.busy:
+            return Proposal(inc.candidate, f"confirm the best (trial {inc.trials[0]})",
+                            repeat_of=inc.trials[0])  # fmt: skip
+        return None
+
+    def _flags(self, view: _View) -> Proposal | None:
+        if not self.space.flags:
+            return None
+        inc = self._incumbent(view)
+        if inc is None:
+            return None
+        base = Candidate(nccl_env=inc.candidate.nccl_env, spec=inc.candidate.spec)
+        for flag, choices in self.space.flags:
+            for value in choices:
+                if value == FLAG_OFF:
+                    continue
+                params = self.space.params_of(base)
+                params[f"flags.{flag}"] = value
+                cand = self.space.candidate(params)
+                key = canonical_key(cand)
+                if key in view.points or key in view.failed or key in view.busy:
+                    continue
+                return Proposal(cand, f"flag {flag} {value} at the best configuration")
+        return None
+
+    # -- the ladder --------------------------------------------------------------------------
+    def _ladder(
+        self,
+        values: list[int],
+        spec_of: Callable[[int], SpecSettings],
+        start: int,
+        view: _View,
+        *,
+        down: bool = True,
+    ) -> int | None:
+        """The next value to measure to bracket the best of a unimodal-ish sequence.
+
+        ``down=False`` never probes below the lowest value measured (only bisects).
+        """
+        est = {i: self.spec_estimate(spec_of(v), view) for i, v in enumerate(values)}
+        blocked = {
+            i for i, v in enumerate(values) if est[i] is None and self._tried(spec_of(v), view)
+        }
+        measured = {i: e for i, e in est.items() if e is not None}
+        if not measured:
+            order = sorted(range(len(values)), key=lambda i: abs(values[i] - start))
+            free = [i for i in order if i not in blocked]
+            return values[free[0]] if free else None
+        best = max(measured, key=lambda i: measured[i].log_mean)
+        for direction in (1, -1):
+            if direction < 0 and not down and best == min(measured):
+                continue
+            i = self._side(values, measured, blocked, best, direction)
+            if i is not None:
+                return values[i]
+        return None
+
+    def _side(
+        self,
+        values: list[int],
+        measured: dict[int, Estimate],
+        blocked: set[int],
+        best: int,
+        d: int,
+    ) -> int | None:
+        def inside(i: int) -> bool:
+            return 0 <= i < len(values)
+
+        def free(i: int) -> bool:
+            return inside(i) and i not in measured and i not in blocked
+
+        beyond = sorted((i for i in measured if (i - best) * d > 0), key=lambda i: abs(i - best))
+        if not beyond:
+            back = [i for i in measured if (i - best) * d < 0]
+            stride = 1
+            if back:
+                nearest = min(back, key=lambda i: abs(i - best))
+                if measured[nearest].log_mean < measured[best].log_mean:
+                    stride = 2 * abs(best - nearest)
+            target = best + d * stride
+            target = max(0, min(len(values) - 1, target))
+            while (target - best) * d > 0 and not free(target):
+                target -= d
+            return target if (target - best) * d > 0 else None
+        nxt = beyond[0]
+        if abs(nxt - best) > 1:
+            mid = best + d * (abs(nxt - best) // 2)
+            while (mid - best) * d > 0 and not free(mid):
+                mid -= d
+            if (mid - best) * d > 0:
+                return mid
+        if prob_better(measured[best], measured[nxt]) >= self.confident:
+            return None
+        further = nxt + d
+        return further if free(further) else None
+
+
+def _adjacent(values: Sequence[int], value: int) -> list[int]:
+    """The values just above and below ``value`` in a sorted list."""
+    ordered = sorted(values)
+    if value not in ordered:
+        return []
+    i = ordered.index(value)
+    return [ordered[j] for j in (i + 1, i - 1) if 0 <= j < len(ordered)]
+
+
+def wants_more_runs(
+    runs: Sequence[float],
+    points: dict[str, Point],
+    noise: Noise,
+    *,
+    key: str,
+    floor: bool,
+) -> bool:
+    """Whether a trial that finished its planned runs should measure more on the same start.
+
+    More runs cost seconds, a restart minutes: a start close to the best (or a floor, or a
+    re-launch of a contender) keeps measuring while its own run noise is still above half the
+    between-start noise (0.6 of it), past which only another start helps much.
+    """
+    logs = [math.log(v) for v in runs if v > 0 and math.isfinite(v)]
+    if len(logs) < 2:
+        return False
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    se = sd / math.sqrt(len(logs))
+    if se <= 0.6 * noise.between:
+        return False
+    if floor or key in points:
+        return True
+    complete = [p for p in points.values() if p.complete]
+    if not complete:
+        return False
+    best = max(complete, key=lambda p: p.estimate.log_mean)
+    reach = 3.0 * math.sqrt(se**2 + noise.between**2 + best.estimate.sd**2)
+    return mean >= best.estimate.log_mean - reach

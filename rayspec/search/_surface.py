@@ -1,0 +1,130 @@
+"""A smooth surface over the speculative settings: neighbours inform each other (pure numpy).
+
+Near the top, configurations differ by about as much as one server start's noise (1-2 %), so a
+configuration judged only by its own starts is mostly judged by luck. Throughput is smooth in
+the speculative settings (it moves by fractions of a percent per step, per draft token, per
+topk doubling), so a Gaussian process over ``(steps, log2 topk, draft tokens)`` pools the
+starts of neighbouring configurations: a lucky start is pulled back by its neighbours, and a
+trend (deeper is slower, here) is seen across several points instead of one.
+
+Each start is one observation (its mean log throughput) with its own noise variance (the
+between-start noise plus its run noise over its run count). The kernel is a squared
+exponential with one length scale per axis plus a constant mean; the hyperparameters are the
+best of a small grid by marginal likelihood, so the fit is deterministic and cheap (a few
+Cholesky factorisations of at most a few dozen starts).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rayspec._types import SpecSettings
+
+__all__ = ["Surface", "spec_features"]
+
+# Length scales tried per axis (steps, log2 topk, draft tokens) and signal sds (log scale).
+_LENGTHS_STEPS = (0.75, 1.5, 3.0, 6.0)
+_LENGTHS_TOPK = (0.75, 1.5)
+_LENGTHS_TOKENS = (1.0, 2.0, 4.0, 8.0)
+_SIGNAL_SD = (0.02, 0.05, 0.1)
+_JITTER = 1e-9
+
+
+def spec_features(spec: SpecSettings) -> tuple[float, float, float]:
+    """The point of a speculative setting on the surface: steps, log2(topk), draft tokens."""
+    return (float(spec.num_steps), math.log2(spec.eagle_topk), float(spec.num_draft_tokens))
+
+
+@dataclass(frozen=True)
+class _Fit:
+    x: np.ndarray
+    alpha: np.ndarray
+    chol: np.ndarray
+    mean: float
+    lengths: np.ndarray
+    signal: float
+    log_ml: float
+
+
+def _kernel(a: np.ndarray, b: np.ndarray, lengths: np.ndarray, signal: float) -> np.ndarray:
+    d = (a[:, None, :] - b[None, :, :]) / lengths
+    out: np.ndarray = signal**2 * np.exp(-0.5 * np.sum(d * d, axis=-1))
+    return out
+
+
+class Surface:
+    """A Gaussian-process posterior over the speculative settings of one NCCL environment.
+
+    Args:
+        features: each observation's point (:func:`spec_features`).
+        values: each observation's mean log throughput.
+        noise_var: each observation's noise variance (log scale).
+
+    Example::
+
+        s = Surface([(2, 2, 6), (3, 2, 6)], [4.60, 4.59], [2e-4, 2e-4])
+        s.predict([(2, 2, 6)])   # (means, sds), pooled with the neighbour
+    """
+
+    def __init__(
+        self,
+        features: Sequence[tuple[float, float, float]],
+        values: Sequence[float],
+        noise_var: Sequence[float],
+    ) -> None:
+        x = np.asarray(features, dtype=float).reshape(-1, 3)
+        y = np.asarray(values, dtype=float)
+        v = np.asarray(noise_var, dtype=float)
+        if not (len(x) == len(y) == len(v)) or len(x) == 0:
+            raise ValueError("features, values and noise_var must be equally long and non-empty")
+        best: _Fit | None = None
+        for ls, lt, ln, sf in itertools.product(
+            _LENGTHS_STEPS, _LENGTHS_TOPK, _LENGTHS_TOKENS, _SIGNAL_SD
+        ):
+            fit = _fit(x, y, v, np.array([ls, lt, ln]), sf)
+            if fit is not None and (best is None or fit.log_ml > best.log_ml):
+                best = fit
+        if best is None:  # pragma: no cover - the jittered matrix is positive definite
+            raise ValueError("no surface could be fitted")
+        self._fit = best
+
+    @property
+    def lengths(self) -> tuple[float, float, float]:
+        ls = self._fit.lengths
+        return (float(ls[0]), float(ls[1]), float(ls[2]))
+
+    def predict(
+        self, features: Sequence[tuple[float, float, float]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior means and sds (log scale) of the noise-free surface at ``features``."""
+        f = self._fit
+        xs = np.asarray(features, dtype=float).reshape(-1, 3)
+        ks = _kernel(xs, f.x, f.lengths, f.signal)
+        mean = f.mean + ks @ f.alpha
+        w = np.linalg.solve(f.chol, ks.T)
+        var = f.signal**2 - np.sum(w * w, axis=0)
+        return mean, np.sqrt(np.maximum(var, 0.0))
+
+
+def _fit(
+    x: np.ndarray, y: np.ndarray, v: np.ndarray, lengths: np.ndarray, signal: float
+) -> _Fit | None:
+    # A constant prior mean, estimated by generalised least squares inside the likelihood.
+    k = _kernel(x, x, lengths, signal) + np.diag(v + _JITTER)
+    try:
+        chol = np.linalg.cholesky(k)
+    except np.linalg.LinAlgError:
+        return None
+    ones = np.ones_like(y)
+    ki_y = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
+    ki_1 = np.linalg.solve(chol.T, np.linalg.solve(chol, ones))
+    mean = float(ones @ ki_y / (ones @ ki_1))
+    r = y - mean
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
+    log_ml = float(-0.5 * r @ alpha - np.sum(np.log(np.diag(chol))))
+    return _Fit(x, alpha, chol, mean, lengths, signal, log_ml)

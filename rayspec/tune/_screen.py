@@ -1,0 +1,174 @@
+"""The NCCL screen in a study: which screen answers, at which sizes, kept across resumes.
+
+The screen runs once per study, before the first trial, and its report is saved as
+``<out>/nccl_screen.json`` (a resumed study reuses it when the NCCL space, the fixed
+environment and the sizes are unchanged).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+
+from rayspec._config import Engine
+from rayspec._config import ExperimentConfig
+from rayspec._exceptions import ConfigError
+from rayspec._types import Candidate
+from rayspec.screen import BaseNcclScreen
+from rayspec.screen import ScreenReport
+from rayspec.screen import TwinNcclScreen
+from rayspec.screen import screen_space
+from rayspec.search import SearchSpace
+from rayspec.server import server_env
+
+__all__ = ["message_sizes", "run_screen", "screen_path", "token_bytes"]
+
+Printer = Callable[[str], None]
+
+
+def screen_path(cfg: ExperimentConfig) -> str:
+    return os.path.join(cfg.out_dir, "nccl_screen.json")
+
+
+def _model_hidden_size(model_path: str) -> int | None:
+    """``hidden_size`` from a local model's config.json (``text_config`` first: multimodal)."""
+    path = os.path.join(os.path.expanduser(model_path), "config.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    for section in (data.get("text_config") or {}, data):
+        value = section.get("hidden_size") if isinstance(section, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def token_bytes(cfg: ExperimentConfig) -> int:
+    """All-reduce bytes of one token's activation: hidden size x bytes per element.
+
+    Raises:
+        ConfigError: the hidden size is neither configured nor readable from the model.
+    """
+    sc = cfg.search.nccl_screen
+    hidden = sc.hidden_size
+    if hidden is None and cfg.server.engine is Engine.twin:
+        from rayspec.twin import load_profile
+
+        hidden = load_profile(cfg.server.twin.profile).model.hidden
+    if hidden is None:
+        hidden = _model_hidden_size(cfg.server.model_path)
+    if hidden is None:
+        raise ConfigError(
+            "search.nccl_screen.hidden_size: not set and not readable from "
+            f"{cfg.server.model_path}/config.json; set the model's hidden size "
+            "(e.g. search.nccl_screen.hidden_size=7168)"
+        )
+    return hidden * sc.dtype_bytes
+
+
+def message_sizes(cfg: ExperimentConfig, space: SearchSpace) -> list[int]:
+    """The decode all-reduce sizes of the space: tokens per step x concurrency x token bytes.
+
+    Tokens per step: 1 (a decode step), every draft-token budget and chain length (a verify),
+    every topk (a draft step).
+    """
+    concurrency = cfg.scenarios()[0].concurrency
+    tokens = {1, *space.num_draft_tokens, *space.eagle_topk, *(k + 1 for k in space.num_steps)}
+    per_token = token_bytes(cfg)
+    return sorted(concurrency * t * per_token for t in tokens)
+
+
+def _make_screen(cfg: ExperimentConfig) -> BaseNcclScreen | None:
+    if cfg.server.engine is Engine.twin:
+        return TwinNcclScreen(cfg.server.twin.profile)
+    return None  # the GPU microbenchmark answers on a real node (rayspec.screen, issue 9)
+
+
+def _fingerprint(cfg: ExperimentConfig, space: SearchSpace, sizes: list[int]) -> str:
+    return json.dumps(
+        {
+            "nccl": [[k, list(v)] for k, v in space.nccl],
+            "env": sorted(server_env(cfg, Candidate())[0].items()),
+            "sizes": sizes,
+            "engine": cfg.server.engine.value,
+            "profile": cfg.server.twin.profile if cfg.server.engine is Engine.twin else "",
+            "tolerance": cfg.search.nccl_screen.tolerance,
+            "max_sets": cfg.search.nccl_screen.max_sets,
+        },
+        sort_keys=True,
+    )
+
+
+def run_screen(
+    cfg: ExperimentConfig,
+    space: SearchSpace,
+    printer: Printer,
+    screen: BaseNcclScreen | None = None,
+) -> ScreenReport | None:
+    """Rank the space's NCCL sets (or load the ranking a previous run saved).
+
+    Returns None when the screen is off, the space searches no NCCL variable, or no screen is
+    available for the engine (the search then launches only the default and enqueued sets).
+    """
+    sc = cfg.search.nccl_screen
+    if not sc.enabled or not space.nccl:
+        return None
+    sizes = message_sizes(cfg, space)
+    fingerprint = _fingerprint(cfg, space, sizes)
+    path = screen_path(cfg)
+    if os.path.exists(path):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                saved, stored = ScreenReport.from_json(fh.read())
+            if stored == fingerprint:
+                printer(f"NCCL screen: {len(saved.results)} sets, from {path}")
+                return saved
+        except (OSError, ValueError):
+            pass  # measure again
+    owned = screen is None
+    screen = screen or _make_screen(cfg)
+    if screen is None:
+        printer("NCCL screen: none for this engine; only the default and enqueued NCCL sets run")
+        return None
+    enqueued = [space.candidate(space.coerce(p)).nccl_env for p in cfg.study.enqueue]
+    t0 = time.monotonic()
+    try:
+        report = screen_space(
+            screen,
+            space.nccl,
+            lambda env: server_env(cfg, Candidate(nccl_env=env))[0],
+            sizes,
+            max_sets=sc.max_sets,
+            timeout_s=sc.timeout_s,
+            tolerance=sc.tolerance,
+            also=enqueued,
+            progress=printer,
+        )
+    finally:
+        if owned:
+            screen.close()
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(report.to_json(fingerprint))
+    os.replace(tmp, path)
+    printer(_summary(report, time.monotonic() - t0, sizes))
+    return report
+
+
+def _summary(report: ScreenReport, elapsed_s: float, sizes: list[int]) -> str:
+    failed = report.failed()
+    line = f"NCCL screen: {len(report.results)} sets in {elapsed_s:.1f} s ({report.source})"
+    if report.classes:
+        best = report.classes[0]
+        line += (
+            f"; fastest: {best.label()}, {best.latency_at(sizes[0]):.1f} µs at "
+            f"{sizes[0] / 1024:.0f} KiB ({len(best.members)} equivalent sets)"
+        )
+    if failed:
+        line += f"; {len(failed)} failed or hung, never launched"
+    return line

@@ -1,0 +1,165 @@
+"""The twin without processes: one server start simulated in-process, request by request.
+
+:class:`SimulatedServer` applies exactly what ``python -m rayspec.twin.server`` applies to the
+same argv and environment (the twin's argument parser, SGLang's resolution rules, NCCL
+resolution, the noise model seeded by ``--twin-seed``, the server's own warm-up request) and
+then serves requests one at a time (batch 1) with the engine's draws: the same acceptance
+multiplier and time factor per request, the same per-request cycle seeds, the same per-start
+offset. Token counts and verify counts are identical to the HTTP twin's; times are the
+schedule's (the HTTP twin adds its scheduling jitter and the client's overhead on top).
+
+It exists for what needs thousands of trials in seconds: the search-efficiency benchmark and the
+search tests. It is not a stand-in for the twin server in a study (``server.engine: twin``
+always launches the real process).
+
+Example::
+
+    server = SimulatedServer(launch.argv[3:], env)
+    server.generate(prompt_tokens=40, max_new_tokens=500).e2e_ms
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Mapping
+from collections.abc import Sequence
+
+from rayspec.twin._args import parse_args
+from rayspec.twin._errors import NcclError
+from rayspec.twin._errors import NcclInitError
+from rayspec.twin._model import PerfModel
+from rayspec.twin._nccl import resolve_nccl
+from rayspec.twin._noise import NoiseModel
+from rayspec.twin._profile import Profile
+from rayspec.twin._profile import load_profile
+from rayspec.twin._resolve import resolve_server_args
+
+__all__ = ["SimulatedRequest", "SimulatedServer", "SimulatedStartupError"]
+
+# The twin server's own warm-up request before the ready line (server.py): its prompt is six
+# words and it generates 8 tokens. It takes request index 0 and the first noise draw.
+_WARMUP_PROMPT_TOKENS = 6
+_WARMUP_TOKENS = 8
+_CTX_PROBE = 1000.0  # any two contexts give the (exactly linear) KV slope of a cycle
+
+
+class SimulatedStartupError(RuntimeError):
+    """The simulated server would not become ready.
+
+    Attributes:
+        reason: a :class:`~rayspec.FailureReason` value (``nccl_init``,
+            ``nccl_first_collective``, ``never_ready``, ``invalid_draft_tree``,
+            ``argument_error``).
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedRequest:
+    """One request as the twin would serve it at batch 1 (times in ms from its arrival)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    verify_ct: int | None  # cycles (None without speculation)
+    ttft_ms: float
+    e2e_ms: float
+    correct_drafts_histogram: tuple[int, ...] | None = None
+
+    @property
+    def accept_length(self) -> float | None:
+        if not self.verify_ct:
+            return None
+        return self.completion_tokens / self.verify_ct
+
+
+class SimulatedServer:
+    """One simulated server start.
+
+    Args:
+        argv: the twin server's arguments (a launch's argv after ``python -m
+            rayspec.twin.server``).
+        env: the server's environment (NCCL variables).
+        profile: overrides ``--twin-profile`` (e.g. a profile built in memory).
+
+    Raises:
+        SimulatedStartupError: the start fails the way the twin server would (bad NCCL
+            variable, no usable algorithm, a hang, an impossible draft tree, bad flags).
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        profile: Profile | None = None,
+    ) -> None:
+        try:
+            ns = parse_args(list(argv))
+        except SystemExit as exc:  # argparse: an unknown or ambiguous flag
+            raise SimulatedStartupError("argument_error", f"bad flags: {exc}") from None
+        self.profile = profile or load_profile(ns.twin_profile)
+        try:
+            res = resolve_server_args(
+                ns, architecture=self.profile.model.architecture, env=dict(env)
+            )
+        except (ValueError, AssertionError, TypeError) as exc:
+            raise SimulatedStartupError("argument_error", f"{type(exc).__name__}: {exc}") from exc
+        full_env = {**env, **res.env_updates}
+        try:
+            nccl = resolve_nccl(full_env, self.profile)
+        except NcclInitError as exc:
+            raise SimulatedStartupError("nccl_init", str(exc)) from exc
+        if nccl.hang:
+            raise SimulatedStartupError("never_ready", "the first collective hangs (P2P)")
+        try:
+            nccl.allreduce_us(self.profile.model.token_bytes)
+        except NcclError as exc:
+            raise SimulatedStartupError("nccl_first_collective", str(exc)) from exc
+        self.spec = res.spec
+        if res.tree_error:
+            raise SimulatedStartupError("invalid_draft_tree", res.tree_error)
+        self.seed = int(ns.twin_seed)
+        self.model = PerfModel(self.profile, nccl, self.spec)
+        self.noise = NoiseModel(
+            self.profile.noise, random.Random(self.seed), speculative=self.spec is not None
+        )
+        self._index = 0
+        base = self.model.step_ms(1, 0.0)
+        self._step_at0 = base
+        self._step_slope = (self.model.step_ms(1, _CTX_PROBE) - base) / _CTX_PROBE
+        if not ns.skip_server_warmup:
+            self.generate(_WARMUP_PROMPT_TOKENS, _WARMUP_TOKENS)
+
+    def generate(self, prompt_tokens: int, max_new_tokens: int) -> SimulatedRequest:
+        """Serve one request alone (the engine's prefill, then decode cycles)."""
+        draw = self.noise.draw_request()
+        rng = random.Random(self.seed * 1_000_003 + self._index)
+        self._index += 1
+        start = self.noise.start_factor
+        ttft = self.model.prefill_ms(prompt_tokens) * start
+        elapsed = ttft
+        out = 1 if max_new_tokens > 0 else 0
+        cycles = 0
+        spec = self.spec
+        hist = [0] * (spec.num_draft_tokens if spec is not None else 1)
+        per_cycle = draw.time_factor * start
+        while out < max_new_tokens:
+            ctx = prompt_tokens + out
+            elapsed += (self._step_at0 + self._step_slope * ctx) * per_cycle
+            drawn = self.model.sample_cycle_tokens(rng, draw.mult)
+            given = min(drawn, max_new_tokens - out)
+            out += given
+            if spec is not None:
+                cycles += 1
+                hist[min(max(0, given - 1), len(hist) - 1)] += 1
+        return SimulatedRequest(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=out,
+            verify_ct=cycles if spec is not None else None,
+            ttft_ms=ttft,
+            e2e_ms=elapsed,
+            correct_drafts_histogram=tuple(hist) if spec is not None else None,
+        )
