@@ -391,6 +391,7 @@ def _describe_omegaconf_error(exc: OmegaConfBaseException) -> str:
     key = getattr(exc, "full_key", None) or ""
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     first = re.sub(r"^Key '([^']+)' not in '\w+'", r"unknown key '\1'", first)
+    first = first.replace(". Did you mean one of:", "; did you mean one of")
     first = first.replace(". Did you mean:", "; did you mean").rstrip()
     return f"{key}: {first}" if key else first
 

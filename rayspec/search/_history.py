@@ -33,7 +33,8 @@ __all__ = ["Evidence", "Observation", "Pick", "Point", "pick", "point_estimates"
 # The pick leaves a floor (the baseline, an enqueued configuration) only with this confidence
 # that the new configuration is faster: a hand-tuned setting is a floor, not a ceiling.
 FLOOR_CONFIDENCE = 0.99
-FLOOR_STARTS = 2  # ... and only for a configuration that was started at least this often
+FLOOR_STARTS = 2  # ... for a configuration started at least this often; started fewer times,
+FLOOR_CONFIDENCE_ONE_START = 0.999  # ... only with this confidence
 # Contenders: points within this (log) distance of the best mean; their true spread is never
 # assumed below _MIN_CONTENDER_SD, so shrinkage corrects the winner's curse without erasing
 # differences the data show.
@@ -289,11 +290,11 @@ def pick(
     """The configuration to deploy: the best posterior mean, guarded by the floors.
 
     A floor is the baseline or a configuration the user enqueued. A point replaces the best
-    floor only when it was started at least twice (a lucky server start must not displace a
-    known setting) and ``P(point > floor) >= 0.99``; the pick is the best such point, or the
-    floor. With ``cheaper_margin > 0`` (an explicit request), the cheapest point (``cost``:
-    fewer draft tokens, then fewer steps) whose mean is within that fraction of the chosen one
-    is chosen instead.
+    floor only with ``P(point > floor) >= 0.99`` and at least two server starts (one lucky
+    start must not displace a known setting), or ``>= 0.999`` on one start; the pick is the
+    best such point, or the floor. With ``cheaper_margin > 0`` (an explicit request), the
+    cheapest point (``cost``: fewer draft tokens, then fewer steps) whose mean is within that
+    fraction of the chosen one is chosen instead.
 
     Only points with at least one complete start compete (a pruned start is evidence
     against a point, never enough for it).
@@ -306,22 +307,15 @@ def pick(
     floors = [p for p in ranked if p.floor]
     if floors and not best.floor:
         floor = floors[0]
-        eligible = [
-            p
-            for p in ranked
-            if p.floor
-            or (
-                p.estimate.starts >= FLOOR_STARTS
-                and prob_better(p.estimate, floor.estimate) >= FLOOR_CONFIDENCE
-            )
-        ]
+        eligible = [p for p in ranked if p.floor or _beats_floor(p, floor)]
         chosen = eligible[0]
         if chosen.key != best.key:
+            confidence = prob_better(best.estimate, floor.estimate)
             why = (
-                "has one server start; a floor is only left for a configuration started twice"
+                f"has one server start and beats {_trials(floor)} with {confidence:.1%} "
+                f"confidence (needs {FLOOR_CONFIDENCE_ONE_START:.1%}, or a second start)"
                 if best.estimate.starts < FLOOR_STARTS
-                else f"beats {_trials(floor)} with only "
-                f"{prob_better(best.estimate, floor.estimate):.0%} confidence "
+                else f"beats {_trials(floor)} with only {confidence:.1%} confidence "
                 f"(needs {FLOOR_CONFIDENCE:.0%})"
             )
             note = (
@@ -339,6 +333,14 @@ def pick(
             )
             chosen = cheapest
     return Pick(chosen, best, note)
+
+
+def _beats_floor(p: Point, floor: Point) -> bool:
+    """Enough evidence to deploy ``p`` instead of a floor (the baseline, an enqueued one)."""
+    confidence = prob_better(p.estimate, floor.estimate)
+    if p.estimate.starts >= FLOOR_STARTS:
+        return confidence >= FLOOR_CONFIDENCE
+    return confidence >= FLOOR_CONFIDENCE_ONE_START
 
 
 def _trials(p: Point) -> str:

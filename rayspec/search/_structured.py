@@ -86,6 +86,7 @@ class _View:
     busy: set[str]  # keys pending (running in another slot)
     by_spec: dict[SpecSettings | None, list[Observation]]
     noise: Noise
+    fallback_nccl: tuple[tuple[str, str], ...]  # without a screen: the best measured set
 
 
 class StructuredSearch:
@@ -140,14 +141,19 @@ class StructuredSearch:
         self,
         spec: SpecSettings | None,
         banned: Collection[tuple[tuple[str, str], ...]] = (),
+        fallback: tuple[tuple[str, str], ...] = (),
     ) -> tuple[tuple[str, str], ...]:
-        """The NCCL set to launch ``spec`` with: the screen's fastest class at its size."""
+        """The NCCL set to launch ``spec`` with: the screen's fastest class at its size.
+
+        Without a screen, ``fallback``: the set of the best configuration measured so far
+        (the hand-tuned one the user enqueued, typically), else NCCL's defaults.
+        """
         if self.screen is None or not self.screen.classes:
-            return ()
+            return fallback
         try:
             _, env = self.screen.best_for(self._message_bytes(spec), banned=banned)
         except LookupError:
-            return ()
+            return fallback
         return env
 
     def _same_class(self, a: tuple[tuple[str, str], ...], b: tuple[tuple[str, str], ...]) -> bool:
@@ -160,7 +166,8 @@ class StructuredSearch:
 
     def candidate(self, spec: SpecSettings | None, view: _View | None = None) -> Candidate:
         banned = view.banned if view is not None else set()
-        return Candidate(nccl_env=self.nccl_for(spec, banned), spec=spec)
+        fallback = view.fallback_nccl if view is not None else ()
+        return Candidate(nccl_env=self.nccl_for(spec, banned, fallback), spec=spec)
 
     # -- the view ----------------------------------------------------------------------------
     def _view(self, observations: Sequence[Observation], pending: Sequence[Candidate]) -> _View:
@@ -185,6 +192,7 @@ class StructuredSearch:
             busy={canonical_key(c) for c in pending},
             by_spec=by_spec,
             noise=noise,
+            fallback_nccl=_best_nccl(points),
         )
 
     def spec_estimate(self, spec: SpecSettings | None, view: _View) -> Estimate | None:
@@ -194,7 +202,7 @@ class StructuredSearch:
         enqueued configuration with six tuned variables informs the same point as the two
         variables that matter.
         """
-        env = self.nccl_for(spec, view.banned)
+        env = self.nccl_for(spec, view.banned, view.fallback_nccl)
         starts = [
             Start(o.trial, o.runs)
             for o in view.by_spec.get(spec, [])
@@ -478,6 +486,14 @@ class StructuredSearch:
             return None
         further = nxt + d
         return further if free(further) else None
+
+
+def _best_nccl(points: dict[str, Point]) -> tuple[tuple[str, str], ...]:
+    """The NCCL set of the best measured configuration (NCCL's defaults when none)."""
+    complete = [p for p in points.values() if p.complete]
+    if not complete:
+        return ()
+    return max(complete, key=lambda p: p.estimate.log_mean).candidate.nccl_env
 
 
 def _adjacent(values: Sequence[int], value: int) -> list[int]:

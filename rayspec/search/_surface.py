@@ -9,9 +9,11 @@ trend (deeper is slower, here) is seen across several points instead of one.
 
 Each start is one observation (its mean log throughput) with its own noise variance (the
 between-start noise plus its run noise over its run count). The kernel is a squared
-exponential with one length scale per axis plus a constant mean; the hyperparameters are the
-best of a small grid by marginal likelihood, so the fit is deterministic and cheap (a few
-Cholesky factorisations of at most a few dozen starts).
+exponential with one length scale per axis plus a constant mean. With a few dozen starts no
+single choice of length scales is well determined, so the prediction averages the fits of a
+small grid of them, each weighted by its marginal likelihood (Bayesian model averaging): the
+fit is deterministic, cheap (small Cholesky factorisations) and does not jump between
+hyperparameters when one more start arrives.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ _LENGTHS_TOPK = (0.75, 1.5)
 _LENGTHS_TOKENS = (1.0, 2.0, 4.0, 8.0)
 _SIGNAL_SD = (0.02, 0.05, 0.1)
 _JITTER = 1e-9
+_MIN_WEIGHT = 1e-4  # fits this much less likely than the best are dropped from the average
 
 
 def spec_features(spec: SpecSettings) -> tuple[float, float, float]:
@@ -82,33 +85,43 @@ class Surface:
         v = np.asarray(noise_var, dtype=float)
         if not (len(x) == len(y) == len(v)) or len(x) == 0:
             raise ValueError("features, values and noise_var must be equally long and non-empty")
-        best: _Fit | None = None
+        fits: list[_Fit] = []
         for ls, lt, ln, sf in itertools.product(
             _LENGTHS_STEPS, _LENGTHS_TOPK, _LENGTHS_TOKENS, _SIGNAL_SD
         ):
             fit = _fit(x, y, v, np.array([ls, lt, ln]), sf)
-            if fit is not None and (best is None or fit.log_ml > best.log_ml):
-                best = fit
-        if best is None:  # pragma: no cover - the jittered matrix is positive definite
+            if fit is not None:
+                fits.append(fit)
+        if not fits:  # pragma: no cover - the jittered matrix is positive definite
             raise ValueError("no surface could be fitted")
-        self._fit = best
+        top = max(f.log_ml for f in fits)
+        weights = np.array([math.exp(f.log_ml - top) for f in fits])
+        keep = weights > _MIN_WEIGHT * weights.max()
+        self._fits = [f for f, k in zip(fits, keep, strict=True) if k]
+        w = weights[keep]
+        self._weights = w / w.sum()
 
     @property
     def lengths(self) -> tuple[float, float, float]:
-        ls = self._fit.lengths
+        """The most likely length scales (steps, log2 topk, draft tokens)."""
+        ls = self._fits[int(np.argmax(self._weights))].lengths
         return (float(ls[0]), float(ls[1]), float(ls[2]))
 
     def predict(
         self, features: Sequence[tuple[float, float, float]]
     ) -> tuple[np.ndarray, np.ndarray]:
         """Posterior means and sds (log scale) of the noise-free surface at ``features``."""
-        f = self._fit
         xs = np.asarray(features, dtype=float).reshape(-1, 3)
-        ks = _kernel(xs, f.x, f.lengths, f.signal)
-        mean = f.mean + ks @ f.alpha
-        w = np.linalg.solve(f.chol, ks.T)
-        var = f.signal**2 - np.sum(w * w, axis=0)
-        return mean, np.sqrt(np.maximum(var, 0.0))
+        first = np.zeros(len(xs))
+        second = np.zeros(len(xs))
+        for f, weight in zip(self._fits, self._weights, strict=True):
+            ks = _kernel(xs, f.x, f.lengths, f.signal)
+            mean = f.mean + ks @ f.alpha
+            w = np.linalg.solve(f.chol, ks.T)
+            var = np.maximum(f.signal**2 - np.sum(w * w, axis=0), 0.0)
+            first += weight * mean
+            second += weight * (var + mean * mean)
+        return first, np.sqrt(np.maximum(second - first * first, 0.0))
 
 
 def _fit(

@@ -10,10 +10,14 @@ from typing import Any
 from rayspec.testing._field import FIELD_TUNED_NCCL
 from rayspec.testing._field import eagle3_flags
 
-__all__ = ["FIELD_TUNED_NCCL", "TrialStoreTestCase", "eagle3_flags"]
+__all__ = ["FIELD_TUNED_NCCL", "SimulatedTrials", "TrialStoreTestCase", "eagle3_flags"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "SimulatedTrials":
+        from rayspec.testing._simtrial import SimulatedTrials
+
+        return SimulatedTrials
     if name == "TrialStoreTestCase":
         from rayspec.testing._store import TrialStoreTestCase
 

@@ -485,6 +485,33 @@ def _pick_line(rows: list[dict[str, Any]], roles: dict[int, str], cfg: Experimen
     return line
 
 
+def _nccl_cause(
+    observations: Sequence[Observation], candidate: Candidate
+) -> tuple[int, str, str] | None:
+    """Why ``candidate``'s NCCL set is known to fail, if it is: (trial, reason, what).
+
+    A set that failed a launch on an NCCL cause is refused again. So is any set holding the
+    common cause of every such failure: the variable values all failed sets share and no
+    successful launch used (one bad value, e.g. ``NCCL_PROTO=LL256``, fails every set it is in).
+    """
+    failed = [
+        o for o in observations
+        if o.state is TrialState.FAIL and o.launched and o.failure in NCCL_FAILURES
+    ]  # fmt: skip
+    if not failed:
+        return None
+    env = set(candidate.nccl_env)
+    for o in failed:
+        if set(o.candidate.nccl_env) == env:
+            return o.trial, str(o.failure), "the same NCCL set"
+    innocent = {pair for o in observations if o.measured for pair in o.candidate.nccl_env}
+    common = set.intersection(*(set(o.candidate.nccl_env) for o in failed)) - innocent
+    if len(failed) >= 2 and common and common <= env:
+        named = " ".join(f"{k}={v}" for k, v in sorted(common))
+        return failed[-1].trial, str(failed[-1].failure), f"{named} (in every failed NCCL set)"
+    return None
+
+
 def _instant_result(
     handle: StudyHandle, trial: TrialHandle, observations: Sequence[Observation]
 ) -> tuple[TrialResult | None, int | None]:
@@ -506,18 +533,13 @@ def _instant_result(
         ), None
     if trial.retry_of is not None:
         return None, None  # an interrupted trial is tried again as it was
-    for o in observations:
-        if (
-            o.state is TrialState.FAIL
-            and o.launched
-            and o.failure in NCCL_FAILURES
-            and o.candidate.nccl_env == candidate.nccl_env
-        ):
-            return failed_result(
-                trial.number, candidate, FailureReason(o.failure),
-                f"the NCCL set of trial {o.trial} failed its launch ({o.failure}); the set is "
-                "not launched again",
-            ), None  # fmt: skip
+    cause = _nccl_cause(observations, candidate)
+    if cause is not None:
+        failed_trial, reason, what = cause
+        return failed_result(
+            trial.number, candidate, FailureReason(reason),
+            f"{what} failed the launch of trial {failed_trial} ({reason}): not launched again",
+        ), None  # fmt: skip
     key = canonical_key(candidate)
     failed = handle.failed_by_key().get(key)
     if failed is not None and failed.number != trial.number:

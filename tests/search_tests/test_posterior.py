@@ -1,0 +1,60 @@
+"""The noise model and the posterior of a configuration (pure numbers)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+from rayspec.search._posterior import Start
+from rayspec.search._posterior import estimate
+from rayspec.search._posterior import estimate_noise
+from rayspec.search._posterior import prob_better
+
+
+def _start(trial: int, level: float, n: int, cv: float, rng: random.Random) -> Start:
+    return Start(trial, tuple(level * (1 + rng.gauss(0, cv)) for _ in range(n)))
+
+
+def test_without_repeated_starts_the_between_noise_is_the_prior() -> None:
+    rng = random.Random(1)
+    groups = {"a": [_start(0, 90.0, 5, 0.04, rng)], "b": [_start(1, 95.0, 5, 0.04, rng)]}
+    noise = estimate_noise(groups, prior_between=0.01)
+    assert math.isclose(noise.between, 0.01)
+    assert 0.02 < noise.within < 0.07  # pooled from the runs
+
+
+def test_starts_that_disagree_raise_the_between_noise() -> None:
+    rng = random.Random(2)
+    # The same configuration, three starts 4 % apart with quiet runs: the runs cannot explain it.
+    groups = {"a": [_start(i, level, 20, 0.005, rng) for i, level in
+                    enumerate((96.0, 100.0, 104.0))]}  # fmt: skip
+    noise = estimate_noise(groups, prior_between=0.01)
+    assert noise.between > 0.02 and noise.between_df > 3
+
+
+def test_two_starts_beat_one_long_start() -> None:
+    """Many runs on one server cannot remove that server's own offset; a second start can."""
+    rng = random.Random(3)
+    noise = estimate_noise({}, prior_between=0.01)
+    one_long = estimate([_start(0, 100.0, 60, 0.04, rng)], noise)
+    two = estimate([_start(0, 100.0, 10, 0.04, rng), _start(1, 100.0, 10, 0.04, rng)], noise)
+    assert one_long is not None and two is not None
+    assert two.sd < one_long.sd
+    assert one_long.sd > 0.01  # never below the between-start noise
+
+
+def test_prob_better_is_a_probability_and_symmetric() -> None:
+    rng = random.Random(4)
+    noise = estimate_noise({}, prior_between=0.01)
+    a = estimate([_start(0, 100.0, 10, 0.03, rng)], noise)
+    b = estimate([_start(1, 95.0, 10, 0.03, rng)], noise)
+    assert a is not None and b is not None
+    assert prob_better(a, b) > 0.9
+    assert math.isclose(prob_better(a, b) + prob_better(b, a), 1.0)
+    assert prob_better(a, a) == 0.5
+    assert prob_better(a, b, margin=0.2) < 0.01  # 20 % better is out of the question
+
+
+def test_no_finite_run_no_estimate() -> None:
+    noise = estimate_noise({}, prior_between=0.01)
+    assert estimate([Start(0, (math.nan,))], noise) is None
