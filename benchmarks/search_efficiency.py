@@ -180,8 +180,13 @@ def one_study(case: str, strategy: str, seed: int, budget: int) -> StudyRun:
     )  # fmt: skip
 
 
-def _task(args: tuple[str, str, int, int]) -> StudyRun:
-    return one_study(*args)
+def _task(args: tuple[str, str, int, int]) -> StudyRun | str:
+    try:
+        return one_study(*args)
+    except Exception as exc:  # noqa: BLE001 - reported with the table, not lost
+        import traceback
+
+        return f"{args}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -326,15 +331,19 @@ def main() -> int:
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         runs = pool.map(_task, tasks, chunksize=1)
     grouped: dict[tuple[str, str], list[StudyRun]] = {}
+    errors = [r for r in runs if isinstance(r, str)]
     for r in runs:
-        grouped.setdefault((r.case, r.strategy), []).append(r)
+        if not isinstance(r, str):
+            grouped.setdefault((r.case, r.strategy), []).append(r)
     summaries = [summarize(c, st, grouped[(c, st)], args.budget) for c in cases
-                 for st in strategies]  # fmt: skip
+                 for st in strategies if grouped.get((c, st))]  # fmt: skip
     print(f"done in {time.monotonic() - t0:.0f} s\n")
     print_table(summaries, args.budget)
+    for error in errors:
+        print(f"ERROR {error}")
     if args.confirm:
         confirm(0, args.confirm_budget)
-    return 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

@@ -242,6 +242,9 @@ class StructuredSearch:
         for stage in stages:
             proposal = stage(view)
             if proposal is not None:
+                spec = proposal.candidate.spec
+                if spec is not None and not self._in_space(spec):  # pragma: no cover - a bug
+                    raise RuntimeError(f"the search proposed {spec}, outside the space")
                 return proposal
         return None
 
@@ -331,11 +334,23 @@ class StructuredSearch:
         for kb in _adjacent(self.steps, k):
             out.append(self._spec(kb, m, n))
         for mb in _adjacent(self.topks, m):
-            out.append(self._spec(k, mb, n if m > 1 else k + 1))
+            if mb == 1 or m > 1:
+                out.append(self._spec(k, mb, n))
+            else:  # from a chain to a tree: the budget nearest the chain's verify width
+                budget = min(self.budgets, key=lambda b: (abs(b - (k + 1)), b))
+                out.append(self._spec(k, mb, budget))
         if m > 1:
             for nb in _adjacent(self.budgets, n):
                 out.append(self._spec(k, m, nb))
-        return [s for s in out if s.fits_tree and (s.eagle_topk > 1 or s.num_draft_tokens > 1)]
+        return [s for s in out if s.fits_tree and self._in_space(s)]
+
+    def _in_space(self, spec: SpecSettings) -> bool:
+        """Whether the space can express ``spec`` (a chain's forced budget needs no choice)."""
+        return (
+            spec.num_steps in self.steps
+            and spec.eagle_topk in self.topks
+            and (spec.eagle_topk == 1 or spec.num_draft_tokens in self.budgets)
+        )
 
     def _improve(self, view: _View) -> Proposal | None:
         """Around the top: measure what is most likely to beat the best, measured or not.
