@@ -17,6 +17,7 @@ from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._types import Candidate
 from rayspec._types import LaunchSpec
+from rayspec.server._versions import sglang_features
 
 __all__ = ["build_launch", "cuda_graph_flag", "server_env", "shell_line", "twin_seed"]
 
@@ -24,19 +25,12 @@ SGLANG_MODULE = "sglang.launch_server"
 TWIN_MODULE = "rayspec.twin.server"
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
 def cuda_graph_flag(sglang_version: str) -> str:
-    """The decode CUDA-graph cap flag: renamed in 0.5.18, old name rejected from 0.5.20."""
-    if _version_tuple(sglang_version) >= (0, 5, 18):
-        return "--cuda-graph-max-bs-decode"
-    return "--cuda-graph-max-bs"
+    """The decode CUDA-graph cap flag: renamed in 0.5.18, old name rejected from 0.5.20.
+
+    Read from the version table in :mod:`rayspec.server._versions`.
+    """
+    return sglang_features(sglang_version).cuda_graph_flag
 
 
 def twin_seed(study_seed: int | None, trial: int) -> int:

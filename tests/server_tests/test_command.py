@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 
 from rayspec import Candidate
 from rayspec import SpecSettings
@@ -11,6 +13,9 @@ from rayspec.search import SearchSpace
 from rayspec.server._command import build_launch
 from rayspec.server._command import cuda_graph_flag
 from rayspec.server._command import shell_line
+from rayspec.server._versions import CONTRACT_PINNED_VERSIONS
+from rayspec.server._versions import SGLANG_VERSIONS
+from rayspec.server._versions import sglang_features
 from rayspec.testing import FIELD_TUNED_NCCL
 from tests.helpers import FIELD_EXPERIMENT
 from tests.helpers import TWIN_EXPERIMENT
@@ -77,6 +82,31 @@ def test_graph_flag_by_version() -> None:
     assert cuda_graph_flag("0.5.18") == "--cuda-graph-max-bs-decode"
     assert cuda_graph_flag("0.5.12") == "--cuda-graph-max-bs"
     assert cuda_graph_flag("0.4.10.post2") == "--cuda-graph-max-bs"
+    assert cuda_graph_flag("0.5.17") == "--cuda-graph-max-bs"
+    assert cuda_graph_flag("0.5.20rc1") == "--cuda-graph-max-bs-decode"  # counts as 0.5.20
+
+
+def test_version_table() -> None:
+    old, new = "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"
+    assert [r.since for r in SGLANG_VERSIONS] == sorted(r.since for r in SGLANG_VERSIONS)
+    assert sglang_features("0.3.0") is SGLANG_VERSIONS[0]  # older: the oldest known row
+    assert sglang_features("0.9.1") is SGLANG_VERSIONS[-1]
+    both = sglang_features("0.5.19")  # the old name is a deprecated alias of the new one
+    assert both.cuda_graph_flag == new and both.deprecated_graph_flags == (old,)
+    assert both.rejected_graph_flags == ()
+    assert sglang_features("0.5.20").rejected_graph_flags == (old,)
+    assert not sglang_features("0.5.19").has_ready_endpoint
+    assert sglang_features("0.5.20").has_ready_endpoint
+    assert sglang_features("0.4.10").spec_meta_fields == ("spec_verify_ct",)
+    assert "spec_accepted_drafts" in sglang_features("0.5.20").spec_meta_fields
+    assert "spec_accepted_drafts" not in sglang_features("0.5.21").spec_meta_fields
+    assert "spec_accept_length" in sglang_features("0.5.23").spec_meta_fields
+
+
+def test_contract_pinned_version_is_the_one_ci_builds() -> None:
+    script = Path(__file__).resolve().parents[2] / ".ci" / "sglang-env"
+    built = re.search(r"^SGLANG_VERSION=(\S+)$", script.read_text(), re.MULTILINE)
+    assert built is not None and CONTRACT_PINNED_VERSIONS == (built.group(1),)
 
 
 def test_twin_seed_is_per_trial_and_reproducible() -> None:
