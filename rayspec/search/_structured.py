@@ -376,9 +376,9 @@ class StructuredSearch:
                     )  # fmt: skip
         options: list[tuple[float, Proposal, Point | None]] = []
         for p in view.points.values():
-            if p.key == inc.key or not p.complete or p.key in view.busy:
-                continue
-            if p.estimate.starts >= self.max_starts:
+            # A pruned start is evidence, not a verdict: a point with only pruned starts may
+            # still be started again if it could beat the best.
+            if p.key == inc.key or p.key in view.busy or p.estimate.starts >= self.max_starts:
                 continue
             proposal = Proposal(p.candidate, f"re-measure a contender (trial {p.trials[0]})",
                                 repeat_of=p.trials[0])  # fmt: skip

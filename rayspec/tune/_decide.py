@@ -43,14 +43,23 @@ class Measured:
         return float(np.mean(finite)) if finite else math.nan
 
 
-def cannot_beat(runs: Sequence[float], incumbent: Sequence[float], *, min_runs: int = 1) -> bool:
+def cannot_beat(
+    runs: Sequence[float],
+    incumbent: Sequence[float],
+    *,
+    min_runs: int = 1,
+    between: float = 0.0,
+) -> bool:
     """Whether a trial with ``runs`` so far cannot beat the incumbent (prune it).
 
-    The rule is a one-sided 99 % upper bound on the trial's mean (conservative: a pruned trial
-    is never measured again): prune when ``mean(runs) + t(0.99, df) * s / sqrt(n)`` is below
+    The rule is a one-sided 99 % upper bound on the trial's mean (conservative: the trial is
+    a server start already paid for, and what it still measures costs seconds): prune when
+    ``mean(runs) + t(0.99, df) * sqrt(s**2 / n + 2 * (between * mean)**2)`` is below
     ``mean(incumbent)``. ``s`` pools the run-to-run variance of the trial and the incumbent
     (the same server set-up under the same protocol), so a trial can be judged after its first
-    run; ``df`` counts both. Without an incumbent of at least two runs nothing is pruned.
+    run; ``df`` counts both. ``between`` is the relative noise between server starts, which
+    the two trials' levels carry on top (each its own start). Without an incumbent of at least
+    two runs nothing is pruned.
     """
     x = np.asarray([v for v in runs if math.isfinite(v)], dtype=float)
     inc = np.asarray([v for v in incumbent if math.isfinite(v)], dtype=float)
@@ -61,7 +70,8 @@ def cannot_beat(runs: Sequence[float], incumbent: Sequence[float], *, min_runs: 
     if x.size >= 2:
         ss += float(((x - x.mean()) ** 2).sum())
     s = math.sqrt(ss / df)
-    upper = float(x.mean()) + t_ppf(0.99, df) * s / math.sqrt(x.size)
+    spread = math.sqrt(s**2 / x.size + 2 * (between * float(x.mean())) ** 2)
+    upper = float(x.mean()) + t_ppf(0.99, df) * spread
     return upper < float(inc.mean())
 
 

@@ -331,17 +331,18 @@ def run_study(
         trial = live.get(number)
         if trial is not None:
             trial.report(float(sum(runs) / len(runs)), step=len(runs))
+        evidence = evidence_at_start.get(number)
         if (
             cfg.study.pruning
             and number not in protected
             and (trial is None or trial.repeat_of is None)
         ):
             incumbent = ledger.incumbent()
+            between = evidence.noise.between if evidence is not None else cfg.study.start_noise
             if incumbent is not None and cannot_beat(
-                runs, incumbent.runs, min_runs=cfg.study.prune_min_runs
+                runs, incumbent.runs, min_runs=cfg.study.prune_min_runs, between=between
             ):
                 return RunDecision.PRUNE
-        evidence = evidence_at_start.get(number)
         if (
             evidence is not None
             and trial is not None
