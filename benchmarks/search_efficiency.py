@@ -60,6 +60,7 @@ from rayspec.testing import SimulatedTrials  # noqa: E402
 from rayspec.tune import run_study  # noqa: E402
 from rayspec.tune._report import build_report  # noqa: E402
 from rayspec.tune._report import launched  # noqa: E402
+from rayspec.tune._screen import load_equivalence  # noqa: E402
 from rayspec.twin import PerfModel  # noqa: E402
 from rayspec.twin import load_profile  # noqa: E402
 from rayspec.twin import resolve_nccl  # noqa: E402
@@ -156,6 +157,7 @@ def one_study(case: str, strategy: str, seed: int, budget: int) -> StudyRun:
         )
         run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
         rows = ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()
+        equivalent = load_equivalence(cfg.out_dir)
     rows.sort(key=lambda r: int(r["trial"]))
     roles = {int(r["trial"]): str(r["role"]) for r in rows if r.get("role")}
     launches = [int(r["trial"]) for r in rows if launched(r)]
@@ -163,7 +165,9 @@ def one_study(case: str, strategy: str, seed: int, budget: int) -> StudyRun:
     for n in range(1, budget + 1):
         upto = launches[min(n, len(launches)) - 1] if launches else -1
         subset = [r for r in rows if int(r["trial"]) <= upto]
-        report = build_report(subset, roles, start_noise=cfg.study.start_noise)
+        report = build_report(
+            subset, roles, start_noise=cfg.study.start_noise, equivalent=equivalent
+        )
         picks.append(true_tok_s(cfg, report.best.candidate) if report.best else 0.0)
     space = SearchSpace.from_config(cfg.search)
     floor = max(
@@ -281,7 +285,8 @@ def confirm(seed: int, budget: int) -> None:
             rows = sorted(ParquetTrialStore(cfg.out_dir).load_trials().to_pylist(),
                           key=lambda r: int(r["trial"]))  # fmt: skip
             roles = {int(r["trial"]): str(r["role"]) for r in rows if r.get("role")}
-            report = build_report(rows, roles, start_noise=cfg.study.start_noise)
+            report = build_report(rows, roles, start_noise=cfg.study.start_noise,
+                                  equivalent=load_equivalence(cfg.out_dir))  # fmt: skip
             results[how] = (rows, report, wall, cfg)
     (srows, sreport, swall, cfg), (hrows, hreport, hwall, _) = (
         results["simulated"], results["HTTP twin"]

@@ -128,6 +128,11 @@ class ScreenReport:
         """The class ``env`` belongs to (None: not screened, or it failed)."""
         return self._lookup.get(env)
 
+    def representative(self, env: Env) -> Env:
+        """The set that stands for ``env``'s class (``env`` itself when not in a class)."""
+        cls = self.class_of(env)
+        return cls.representative if cls is not None else env
+
     def failed(self) -> list[ScreenResult]:
         return [r for r in self.results if not r.ok]
 

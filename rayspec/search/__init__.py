@@ -5,6 +5,7 @@ Only this package imports optuna.
 
 from __future__ import annotations
 
+from rayspec.search._history import Equivalence
 from rayspec.search._history import Evidence
 from rayspec.search._history import Observation
 from rayspec.search._history import Pick
@@ -26,6 +27,7 @@ from rayspec.search._study import open_study
 from rayspec.search._study import validate_enqueue
 
 __all__ = [
+    "Equivalence",
     "Estimate",
     "Evidence",
     "Noise",

@@ -2,7 +2,7 @@
 
 An :class:`Observation` is one finished trial. Observations of the same configuration (same
 :func:`~rayspec.search.canonical_key`) are one *point*; each launched trial of it is one server
-*start* (:class:`~rayspec.search._posterior.Start`). :func:`point_estimates` turns them into
+*start* (:class:`~rayspec.search._posterior.Start`). :func:`weigh` turns them into
 posteriors with the noise that is really there (``_posterior``), and :func:`pick` chooses what to
 deploy: the best posterior mean, never below a configuration the user enqueued (or the baseline)
 unless the evidence says it beats it.
@@ -11,9 +11,9 @@ unless the evidence says it beats it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rayspec._types import Candidate
@@ -28,7 +28,7 @@ from rayspec.search._space import canonical_key
 from rayspec.search._surface import Surface
 from rayspec.search._surface import spec_features
 
-__all__ = ["Evidence", "Observation", "Pick", "Point", "pick", "point_estimates", "weigh"]
+__all__ = ["Equivalence", "Evidence", "Observation", "Pick", "Point", "pick", "weigh"]
 
 # The pick leaves a floor (the baseline, an enqueued configuration) only with this confidence
 # that the new configuration is faster: a hand-tuned setting is a floor, not a ceiling.
@@ -44,6 +44,15 @@ _MIN_CONTENDER_SD = 0.004
 # of their best, once there are at least this many.
 _SURFACE_SPAN = 0.10
 _SURFACE_MIN_POINTS = 3
+
+
+Env = tuple[tuple[str, str], ...]
+Lattice = tuple[Env, tuple[str, ...]]  # (NCCL set, flags)
+Equivalence = Callable[[Env], Env]  # an NCCL set -> the set that stands for its screen class
+
+
+def _same(env: Env) -> Env:
+    return env
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,7 @@ class Point:
     trials: tuple[int, ...]
     floor: bool  # the baseline or an enqueued configuration
     complete: bool  # at least one start ran every planned run (not only pruned ones)
+    lattice: Lattice = ((), ())  # the surface it lies on: (NCCL class, flags)
 
 
 def _shrink_contenders(points: dict[str, Point]) -> dict[str, Point]:
@@ -129,14 +139,6 @@ def _shrink_contenders(points: dict[str, Point]) -> dict[str, Point]:
     return out
 
 
-Lattice = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]  # (NCCL set, flags)
-
-
-def lattice_of(candidate: Candidate) -> Lattice:
-    """The surface a speculative configuration lies on: same NCCL set, same flags."""
-    return (candidate.nccl_env, candidate.flags)
-
-
 def _fit_surfaces(
     points: dict[str, Point], groups: Mapping[str, list[Start]], noise: Noise
 ) -> dict[Lattice, tuple[Surface, frozenset[str]]]:
@@ -150,7 +152,7 @@ def _fit_surfaces(
     lattices: dict[Lattice, list[Point]] = {}
     for p in points.values():
         if p.candidate.spec is not None:
-            lattices.setdefault(lattice_of(p.candidate), []).append(p)
+            lattices.setdefault(p.lattice, []).append(p)
     surfaces: dict[Lattice, tuple[Surface, frozenset[str]]] = {}
     for lattice, members in lattices.items():
         top = max(p.estimate.log_mean for p in members)
@@ -178,14 +180,16 @@ def _smooth(
     which pools the starts of its neighbours. Points far below the top keep their own."""
     out = dict(points)
     for p in points.values():
-        fitted = surfaces.get(lattice_of(p.candidate))
+        fitted = surfaces.get(p.lattice)
         if fitted is None or p.candidate.spec is None or p.key not in fitted[1]:
             continue
         surface = fitted[0]
         means, sds = surface.predict([spec_features(p.candidate.spec)])
         e = p.estimate
         smoothed = Estimate(math.exp(float(means[0])), float(sds[0]), e.starts, e.runs, e.within)
-        out[p.key] = Point(p.key, p.candidate, smoothed, p.trials, p.floor, p.complete)
+        out[p.key] = Point(
+            p.key, p.candidate, smoothed, p.trials, p.floor, p.complete, p.lattice
+        )
     return out
 
 
@@ -203,21 +207,36 @@ class Evidence:
     points: dict[str, Point]
     noise: Noise
     surfaces: dict[Lattice, tuple[Surface, frozenset[str]]]
+    equivalent: Equivalence = _same
+
+    def key_of(self, candidate: Candidate) -> str:
+        """The key of the point ``candidate`` belongs to (its NCCL set by its class)."""
+        return canonical_key(_normalise(candidate, self.equivalent))
 
     def predict(self, candidate: Candidate) -> Estimate | None:
         """The posterior of a configuration: measured, or predicted by its surface."""
-        key = canonical_key(candidate)
+        key = self.key_of(candidate)
         if key in self.points:
             return self.points[key].estimate
-        fitted = self.surfaces.get(lattice_of(candidate))
+        fitted = self.surfaces.get((self.equivalent(candidate.nccl_env), candidate.flags))
         if fitted is None or candidate.spec is None:
             return None
         means, sds = fitted[0].predict([spec_features(candidate.spec)])
         return Estimate(math.exp(float(means[0])), float(sds[0]), 0, 0, self.noise.within)
 
 
+def _normalise(candidate: Candidate, equivalent: Equivalence) -> Candidate:
+    return Candidate(
+        nccl_env=equivalent(candidate.nccl_env), spec=candidate.spec, flags=candidate.flags
+    )
+
+
 def weigh(
-    observations: Iterable[Observation], *, start_noise: float = 0.01, smooth: bool = True
+    observations: Iterable[Observation],
+    *,
+    start_noise: float = 0.01,
+    smooth: bool = True,
+    equivalent: Equivalence | None = None,
 ) -> Evidence:
     """Every measured configuration's posterior, with the noise that is really there.
 
@@ -227,13 +246,18 @@ def weigh(
         smooth: pool neighbouring speculative settings through a fitted surface (the default);
             False judges each configuration by its own starts only (with a mild shrinkage of
             the contenders towards each other).
+        equivalent: maps an NCCL set to the set standing for its class (the NCCL screen's):
+            configurations that differ only by equivalent NCCL sets are one point, their
+            starts pooled. The point keeps the first measured configuration as its candidate
+            (an enqueued hand-tuned set stays what the user wrote).
     """
+    same = equivalent or _same
     groups: dict[str, list[Start]] = {}
     info: dict[str, tuple[Candidate, list[int], bool, bool]] = {}
     for o in observations:
         if not o.measured:
             continue
-        key = o.key
+        key = canonical_key(_normalise(o.candidate, same))
         runs = tuple(v for v in o.runs if v > 0 and math.isfinite(v))
         groups.setdefault(key, []).append(Start(o.trial, runs))
         cand, trials, floor, complete = info.get(key, (o.candidate, [], False, False))
@@ -250,19 +274,12 @@ def weigh(
         if est is None:
             continue
         cand, trials, floor, complete = info[key]
-        points[key] = Point(key, cand, est, tuple(trials), floor, complete)
+        lattice = (same(cand.nccl_env), cand.flags)
+        points[key] = Point(key, cand, est, tuple(trials), floor, complete, lattice)
     if not smooth:
-        return Evidence(_shrink_contenders(points), noise, {})
+        return Evidence(_shrink_contenders(points), noise, {}, same)
     surfaces = _fit_surfaces(points, groups, noise)
-    return Evidence(_smooth(points, surfaces), noise, surfaces)
-
-
-def point_estimates(
-    observations: Iterable[Observation], *, start_noise: float = 0.01, smooth: bool = True
-) -> tuple[dict[str, Point], Noise]:
-    """Every measured configuration's posterior and the noise (see :func:`weigh`)."""
-    ev = weigh(observations, start_noise=start_noise, smooth=smooth)
-    return ev.points, ev.noise
+    return Evidence(_smooth(points, surfaces), noise, surfaces, same)
 
 
 @dataclass(frozen=True)
@@ -345,10 +362,3 @@ def _beats_floor(p: Point, floor: Point) -> bool:
 
 def _trials(p: Point) -> str:
     return "trial " + "+".join(str(t) for t in p.trials)
-
-
-def observations_by_key(observations: Sequence[Observation]) -> dict[str, list[Observation]]:
-    out: dict[str, list[Observation]] = {}
-    for o in observations:
-        out.setdefault(o.key, []).append(o)
-    return out

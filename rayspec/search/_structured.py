@@ -156,6 +156,10 @@ class StructuredSearch:
             return fallback
         return env
 
+    def equivalent(self, env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        """The NCCL set standing for ``env``'s screen class (``env`` without a screen)."""
+        return self.screen.representative(env) if self.screen is not None else env
+
     def _same_class(self, a: tuple[tuple[str, str], ...], b: tuple[tuple[str, str], ...]) -> bool:
         if a == b:
             return True
@@ -171,7 +175,7 @@ class StructuredSearch:
 
     # -- the view ----------------------------------------------------------------------------
     def _view(self, observations: Sequence[Observation], pending: Sequence[Candidate]) -> _View:
-        evidence = weigh(observations, start_noise=self.start_noise)
+        evidence = weigh(observations, start_noise=self.start_noise, equivalent=self.equivalent)
         points, noise = evidence.points, evidence.noise
         failed: set[str] = set()
         banned: set[tuple[tuple[str, str], ...]] = set()
@@ -189,7 +193,7 @@ class StructuredSearch:
             points=points,
             failed=failed,
             banned=banned,
-            busy={canonical_key(c) for c in pending},
+            busy={evidence.key_of(c) for c in pending},
             by_spec=by_spec,
             noise=noise,
             fallback_nccl=_best_nccl(points),
@@ -215,8 +219,7 @@ class StructuredSearch:
     def _tried(self, spec: SpecSettings | None, view: _View) -> bool:
         """Measured, failed, running, or impossible: nothing more to learn by launching it."""
         cand = self.candidate(spec, view)
-        key = canonical_key(cand)
-        if key in view.failed or key in view.busy:
+        if canonical_key(cand) in view.failed or view.evidence.key_of(cand) in view.busy:
             return True
         if spec is not None and not spec.fits_tree:
             return True
@@ -425,8 +428,8 @@ class StructuredSearch:
                 params = self.space.params_of(base)
                 params[f"flags.{flag}"] = value
                 cand = self.space.candidate(params)
-                key = canonical_key(cand)
-                if key in view.points or key in view.failed or key in view.busy:
+                key = view.evidence.key_of(cand)
+                if key in view.points or canonical_key(cand) in view.failed or key in view.busy:
                     continue
                 return Proposal(cand, f"flag {flag} {value} at the best configuration")
         return None

@@ -38,6 +38,7 @@ from rayspec._types import TrialResult
 from rayspec._types import TrialState
 from rayspec.bench import per_run_tok_s
 from rayspec.screen import BaseNcclScreen
+from rayspec.search import Equivalence
 from rayspec.search import Evidence
 from rayspec.search import Observation
 from rayspec.search import SearchSpace
@@ -315,7 +316,8 @@ def run_study(
         )  # fmt: skip
     observations: list[Observation] = observations_from_rows(rows, roles)
     progress = _Progress(budget.max_restarts, budget.restarts, printer)
-    progress.pick = _pick_line(rows, roles, cfg)
+    equivalent = strategy.equivalent if strategy is not None else None
+    progress.pick = _pick_line(rows, roles, cfg, equivalent)
     ledger = _load_ledger(cfg, rows, roles)
     scenario = objective_scenario(cfg)
     live: dict[int, TrialHandle] = {}  # trial number -> trial, for intermediate values
@@ -352,7 +354,7 @@ def run_study(
                 runs,
                 evidence.points,
                 evidence.noise,
-                key=canonical_key(trial.candidate),
+                key=evidence.key_of(trial.candidate),
                 floor=bool(trial.role),
             )  # fmt: skip
         ):
@@ -388,7 +390,9 @@ def run_study(
         live.pop(result.trial, None)
         evidence_at_start.pop(result.trial, None)
         ran += 1
-        progress.pick = _pick_line(store.load_trials().to_pylist(), handle.roles(), cfg)
+        progress.pick = _pick_line(
+            store.load_trials().to_pylist(), handle.roles(), cfg, equivalent
+        )
         progress.finished(result, trial, reused_from)
 
     def next_trial(pending: Sequence[Candidate]) -> TrialHandle | None:
@@ -435,7 +439,7 @@ def run_study(
                     slot = free_slots.pop(0)
                     live[trial.number] = trial
                     evidence_at_start[trial.number] = weigh(
-                        observations, start_noise=cfg.study.start_noise
+                        observations, start_noise=cfg.study.start_noise, equivalent=equivalent
                     )
                     future = pool.submit(
                         trial_fn, cfg, trial.number, trial.candidate, slot=slot,
@@ -463,6 +467,7 @@ def run_study(
         handle.roles(),
         start_noise=cfg.study.start_noise,
         margin=cfg.study.pick_margin,
+        equivalent=equivalent,
     )
     return StudyOutcome(
         final, ran, done_before, time.monotonic() - t0, pruned, saved_s, budget.restarts,
@@ -470,11 +475,16 @@ def run_study(
     )  # fmt: skip
 
 
-def _pick_line(rows: list[dict[str, Any]], roles: dict[int, str], cfg: ExperimentConfig) -> str:
+def _pick_line(
+    rows: list[dict[str, Any]],
+    roles: dict[int, str],
+    cfg: ExperimentConfig,
+    equivalent: Equivalence | None,
+) -> str:
     """``pick: 99.1 tok/s (trials 7+12), +57 % vs baseline`` for the progress lines."""
     if not rows:
         return "no pick yet"
-    report = build_report(rows, roles, start_noise=cfg.study.start_noise,
+    report = build_report(rows, roles, start_noise=cfg.study.start_noise, equivalent=equivalent,
                           margin=cfg.study.pick_margin)  # fmt: skip
     best = report.best
     if best is None:

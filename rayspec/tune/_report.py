@@ -23,6 +23,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
 from rayspec._types import TrialState
+from rayspec.search import Equivalence
 from rayspec.search import Observation
 from rayspec.search import pick
 from rayspec.search import prob_better
@@ -162,6 +163,7 @@ def build_report(
     *,
     start_noise: float = 0.01,
     margin: float = 0.0,
+    equivalent: Equivalence | None = None,
 ) -> StudyReport:
     """Pool each configuration's starts and pick the configuration to deploy.
 
@@ -170,9 +172,10 @@ def build_report(
         roles: trial number -> "baseline" / "enqueued[i]" for the configurations tried first.
         start_noise: the prior between-start noise (``study.start_noise``).
         margin: ``study.pick_margin`` (0: the best estimate, guarded by the floors).
+        equivalent: the NCCL screen's classes (equivalent sets pool into one configuration).
     """
     observations = observations_from_rows(trial_rows, roles)
-    evidence = weigh(observations, start_noise=start_noise)
+    evidence = weigh(observations, start_noise=start_noise, equivalent=equivalent)
     by_trial = {int(r["trial"]): r for r in trial_rows}
     scenarios = sorted({k.split("__", 1)[0] for r in trial_rows for k in r if "__tok_s_mean" in k})
     rows: dict[str, Row] = {}

@@ -20,10 +20,11 @@ from rayspec.screen import BaseNcclScreen
 from rayspec.screen import ScreenReport
 from rayspec.screen import TwinNcclScreen
 from rayspec.screen import screen_space
+from rayspec.search import Equivalence
 from rayspec.search import SearchSpace
 from rayspec.server import server_env
 
-__all__ = ["message_sizes", "run_screen", "screen_path", "token_bytes"]
+__all__ = ["load_equivalence", "message_sizes", "run_screen", "screen_path", "token_bytes"]
 
 Printer = Callable[[str], None]
 
@@ -80,6 +81,17 @@ def message_sizes(cfg: ExperimentConfig, space: SearchSpace) -> list[int]:
     tokens = {1, *space.num_draft_tokens, *space.eagle_topk, *(k + 1 for k in space.num_steps)}
     per_token = token_bytes(cfg)
     return sorted(concurrency * t * per_token for t in tokens)
+
+
+def load_equivalence(out_dir: str) -> Equivalence | None:
+    """The saved screen's classes of ``<out_dir>/nccl_screen.json`` (None without a screen):
+    a report rebuilt from a study folder pools equivalent NCCL sets as the study did."""
+    try:
+        with open(os.path.join(out_dir, "nccl_screen.json"), encoding="utf-8") as fh:
+            report, _ = ScreenReport.from_json(fh.read())
+    except (OSError, ValueError):
+        return None
+    return report.representative
 
 
 def _make_screen(cfg: ExperimentConfig) -> BaseNcclScreen | None:
