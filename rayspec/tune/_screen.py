@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 
@@ -17,6 +18,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
 from rayspec._types import Candidate
 from rayspec.screen import BaseNcclScreen
+from rayspec.screen import RayNcclScreen
 from rayspec.screen import ScreenReport
 from rayspec.screen import TwinNcclScreen
 from rayspec.screen import screen_space
@@ -97,7 +99,13 @@ def load_equivalence(out_dir: str) -> Equivalence | None:
 def _make_screen(cfg: ExperimentConfig) -> BaseNcclScreen | None:
     if cfg.server.engine is Engine.twin:
         return TwinNcclScreen(cfg.server.twin.profile)
-    return None  # the GPU microbenchmark answers on a real node (rayspec.screen, issue 9)
+    if cfg.server.engine is Engine.sglang:
+        # The all-reduce microbenchmark on a node, holding a trial's GPUs, under the servers'
+        # interpreter; the driver calls the screen once Ray is connected.
+        return RayNcclScreen(
+            world_size=cfg.server.tp_size, python=cfg.server.python or sys.executable
+        )
+    return None
 
 
 def _fingerprint(cfg: ExperimentConfig, space: SearchSpace, sizes: list[int]) -> str:
