@@ -61,9 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.experiment, args.overrides)
         from rayspec.tune._preflight import preflight
 
-        preflight(cfg, launching=not (args.dry_run or args.print_config))
+        warnings = preflight(cfg, launching=not (args.dry_run or args.print_config))
     except ConfigError as exc:
         return _error(str(exc), 2)
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
     if args.print_config:
         print(cfg.to_yaml(), end="")
         return 0

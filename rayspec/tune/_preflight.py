@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import errno
-import os
 import socket
-import sys
-from importlib.util import find_spec
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
@@ -14,6 +11,10 @@ from rayspec._exceptions import ConfigError
 from rayspec.search import SearchSpace
 from rayspec.search import validate_enqueue
 from rayspec.search._study import check_resumable
+from rayspec.tune._node import NodeProbes
+from rayspec.tune._node import check_nccl_values
+from rayspec.tune._node import check_node
+from rayspec.tune._node import default_probes
 
 __all__ = ["check_port_free", "planned_local_slots", "preflight"]
 
@@ -39,11 +40,21 @@ def check_port_free(host: str, port: int) -> None:
             ) from None
 
 
-def preflight(cfg: ExperimentConfig, *, launching: bool = True) -> None:
+def preflight(
+    cfg: ExperimentConfig, *, launching: bool = True, probes: NodeProbes | None = None
+) -> list[str]:
     """Raise :class:`ConfigError` for any problem found before starting Ray or a server.
 
     ``launching=False`` (``--dry-run``, ``--print-config``) skips what only matters when
-    servers really start on this machine: free ports and an installed SGLang.
+    servers really start on this machine: free ports, SGLang, the model folders and the GPUs.
+    The real engine on a local cluster gets every node check of :func:`check_node` (through
+    ``probes``, default the real ones); a remote cluster's nodes are not inspected.
+
+    Returns:
+        Warnings to print; they do not stop the study.
+
+    Raises:
+        ConfigError: one line per problem (the CLI prefixes the first with ``error: ``).
     """
     space = SearchSpace.from_config(cfg.search)
     validate_enqueue(cfg, space)
@@ -59,19 +70,17 @@ def preflight(cfg: ExperimentConfig, *, launching: bool = True) -> None:
     if local and launching:
         for slot in range(planned_local_slots(cfg)):
             check_port_free(cfg.server.host, cfg.server.port + slot)
-        srv = cfg.server
-        if srv.engine is Engine.sglang and not srv.python and find_spec("sglang") is None:
-            # Every trial would die at import: say so once, before a study of failures.
-            raise ConfigError(
-                f"server.engine: sglang is not installed for {sys.executable}; install it on "
-                "the GPU node (pip install 'rayspec[sglang]') or set server.python to the "
-                "interpreter that has it"
-            )
-        if srv.engine is Engine.sglang:
-            for key, path in (
-                ("server.model_path", srv.model_path),
-                ("server.draft_model_path", srv.draft_model_path),
-            ):
-                looks_local = path.startswith(("/", "./", "../", "~"))
-                if path and looks_local and not os.path.exists(os.path.expanduser(path)):
-                    raise ConfigError(f"{key}: {path} does not exist on this node")
+    if cfg.server.engine is not Engine.sglang:
+        return []
+    # NCCL values are checked for the real engine only, and on every run (a dry run too: they
+    # are NCCL's rules, not this node's). The twin accepts them on purpose: it exists to
+    # exercise failures, and its studies search bad values (NCCL_PROTO=LL256 in
+    # tests/tune_tests/test_search.py and tests/reliability_tests/test_faults.py) to check
+    # that a failing NCCL set is recorded, screened out and never launched again.
+    findings = check_nccl_values(cfg)
+    if local and launching:
+        findings.extend(check_node(cfg, probes or default_probes()))
+    if findings.problems:
+        # One line per problem: the CLI prints "error: " before the message's first line.
+        raise ConfigError("\nerror: ".join(findings.problems))
+    return findings.warnings
