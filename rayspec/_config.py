@@ -133,6 +133,9 @@ class StudyConfig:
     # Relative sd of a configuration's throughput between server starts, assumed until
     # configurations started more than once measure it (clocks, thermals, placement).
     start_noise: float = 0.01
+    # The accept length your drafter is known to give (e.g. its best chain's): a trial far below
+    # it is flagged (a drafter wired to the wrong layers). Empty: judged by the best chain.
+    expect_accept_length: float | None = None
 
 
 @dataclass
@@ -257,6 +260,10 @@ class BenchConfig:
     # (more runs cost seconds, a restart minutes); empty: 8 x repeats; = repeats: never.
     max_repeats: int | None = None
     max_tokens: int = 500
+    # The correctness gate: each trial's greedy output against the baseline's; most outputs
+    # differing within the first gate_tokens tokens fail the trial as wrong_output.
+    check_outputs: bool = True
+    gate_tokens: int = 32
     concurrency: int = 1
     prompts: str = "default"
     temperature: float = 0.0
@@ -475,6 +482,13 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("bench.warmup", "must be 0 or more")
     if b.repeats < 1:
         raise _fail("bench.repeats", f"{b.repeats} must be at least 1")
+    if b.gate_tokens < 1:
+        raise _fail("bench.gate_tokens", f"{b.gate_tokens} must be at least 1")
+    if s.expect_accept_length is not None and not s.expect_accept_length >= 1:
+        raise _fail(
+            "study.expect_accept_length",
+            f"{s.expect_accept_length} must be at least 1 (tokens per verify cycle)",
+        )
     if b.max_repeats is not None and b.max_repeats < b.repeats:
         raise _fail(
             "bench.max_repeats", f"{b.max_repeats} must be at least bench.repeats ({b.repeats})"

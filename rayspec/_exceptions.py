@@ -34,6 +34,7 @@ class FailureReason(str, enum.Enum):
     CRASH_MID_BENCHMARK = "crash_mid_benchmark"
     STALLED_STREAM = "stalled_stream"
     INVALID_DRAFT_TREE = "invalid_draft_tree"
+    WRONG_OUTPUT = "wrong_output"  # fast but not the baseline's greedy output (the gate)
     INFEASIBLE = "infeasible"  # rejected before launch: never cost a server start
     INTERRUPTED = "interrupted"  # the driver died while the trial ran
     UNKNOWN = "unknown"

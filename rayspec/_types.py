@@ -148,6 +148,7 @@ class RequestRecord:
     spec_verify_ct: int | None = None
     accept_length: float | None = None
     error: str | None = None
+    output_ids: tuple[int, ...] | None = None  # the greedy output (the correctness gate)
 
     @property
     def ok(self) -> bool:

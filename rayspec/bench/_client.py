@@ -70,7 +70,10 @@ def _parse_generate_chunk(payload: bytes) -> Any:
             meta, _ = _DECODER.raw_decode(text, j)
         except json.JSONDecodeError:
             meta = None
-        if isinstance(meta, dict) and "completion_tokens" in meta:
+        # The final chunk (finish_reason set) is parsed whole, once per request: its
+        # output_ids are the greedy output the correctness gate compares.
+        final = isinstance(meta, dict) and bool(meta.get("finish_reason"))
+        if isinstance(meta, dict) and "completion_tokens" in meta and not final:
             return {"meta_info": meta}
     return json.loads(text)
 
@@ -112,6 +115,7 @@ class StreamResult:
     chunks: int
     server_e2e_s: float | None = None  # meta_info.e2e_latency of the final chunk, if sent
     sent_s: float | None = None  # perf_counter when the request body was fully written
+    output_ids: tuple[int, ...] | None = None  # the final chunk's token ids (/generate)
 
 
 class _Partial(Exception):
@@ -303,6 +307,7 @@ class StreamClient:
             "verify": None,
             "finished": False,
             "server_e2e": None,
+            "output_ids": None,
         }
         chunks = 0
         end = t0
@@ -382,6 +387,7 @@ class StreamClient:
             chunks=chunks,
             server_e2e_s=state["server_e2e"],
             sent_s=sent[0] if sent else None,
+            output_ids=state["output_ids"],
         )
 
     def _partial_from(self, exc: Exception, tl: _Timeline, path: str) -> _Partial:
@@ -423,6 +429,9 @@ class StreamClient:
             if meta.get("e2e_latency") is not None:
                 state["server_e2e"] = float(meta["e2e_latency"])
             finish = meta.get("finish_reason")
+            ids = obj.get("output_ids")
+            if finish and isinstance(ids, list):
+                state["output_ids"] = tuple(int(i) for i in ids)
         else:
             usage = obj.get("usage") or {}
             choices = obj.get("choices") or []
@@ -495,4 +504,5 @@ class StreamClient:
             start_unix_s=self.unix_time(res.t0),
             spec_verify_ct=verify,
             accept_length=res.completion_tokens / verify if verify else None,
+            output_ids=res.output_ids,
         )

@@ -54,7 +54,9 @@ from rayspec.search._space import canonical_key
 __all__ = ["Proposal", "StructuredSearch"]
 
 # A failure of these kinds condemns the NCCL set, not the speculative settings.
-NCCL_FAILURES = ("nccl_init", "nccl_first_collective")
+# (A wrong output is counted here too: greedy speculation is lossless, so a corrupting setting is
+# the NCCL set's, e.g. LL128 forced on a PCIe ring.)
+NCCL_FAILURES = ("nccl_init", "nccl_first_collective", "wrong_output")
 _PREFERRED_TOPK = 4
 _EXPLORE_AROUND = 3  # unmeasured neighbours of this many best configurations are candidates
 

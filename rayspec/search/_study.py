@@ -35,6 +35,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState as OptunaState
 
+from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._config import Sampler
 from rayspec._exceptions import ConfigError
@@ -66,6 +67,7 @@ ATTR_REUSED_FROM = "reused_from"
 ATTR_ROLE = "role"
 ATTR_REASON = "reason"
 ATTR_REPEAT_OF = "repeat_of"
+ROLE_BASELINE_AGAIN = "baseline#2"
 CONSTRAINT_FAILED = "failed"
 _FINISHED = (OptunaState.COMPLETE, OptunaState.PRUNED, OptunaState.FAIL)
 
@@ -343,8 +345,13 @@ class StudyHandle:
             self._study.set_user_attr("seeded", True)  # an older study, already past seeding
             return
         have = {t.user_attrs.get(ATTR_ROLE) for t in trials}
-        wanted = [("baseline", self.space.params_of(self.space.baseline()))]
+        base = self.space.params_of(self.space.baseline())
+        wanted = [("baseline", base)]
         wanted += [(f"enqueued[{i}]", p) for i, p in enumerate(self.cfg.study.enqueue)]
+        if self.cfg.server.engine is Engine.sglang and self.cfg.bench.check_outputs:
+            # A second start of the baseline measures the engine's own output drift, which the
+            # correctness gate must not mistake for a wrong answer.
+            wanted.append((ROLE_BASELINE_AGAIN, base))
         for role, params in wanted:
             if role in have:
                 continue

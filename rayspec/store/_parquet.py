@@ -59,6 +59,7 @@ TRIAL_SCHEMA = pa.schema(
         ("reason", pa.string()),  # why the search chose it
         ("repeat_of", pa.float64()),  # a deliberate new start of that trial's configuration
         ("restart", pa.float64()),  # the study's server launch count at this trial
+        ("alarm", pa.string()),  # the acceptance alarm's hint, when it fired
         ("run_values", pa.string()),  # JSON per-run objective values (comparisons, resume)
         ("rayspec_version", pa.string()),
     ]
@@ -83,6 +84,7 @@ REQUEST_SCHEMA = pa.schema(
         ("accept_length", pa.float64()),
         ("start_unix_s", pa.float64()),
         ("error", pa.string()),
+        ("output_ids", pa.list_(pa.int64())),  # the greedy output, for the correctness gate
     ]
 )
 
@@ -142,6 +144,7 @@ def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
             "accept_length": _float(r.accept_length),
             "start_unix_s": float(r.start_unix_s),
             "error": r.error,
+            "output_ids": list(r.output_ids) if r.output_ids is not None else None,
         }
         for r in records
     ]
@@ -182,6 +185,7 @@ def trial_row(result: TrialResult, extra: Mapping[str, object] | None = None) ->
         "reason": None,
         "repeat_of": None,
         "restart": None,
+        "alarm": None,
         "run_values": None,
         "rayspec_version": __version__,
     }

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -33,10 +34,12 @@ from rayspec._config import Sampler
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
+from rayspec._types import RequestRecord
 from rayspec._types import RunDecision
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
 from rayspec.bench import per_run_tok_s
+from rayspec.bench import request_input
 from rayspec.screen import BaseNcclScreen
 from rayspec.search import Equivalence
 from rayspec.search import Evidence
@@ -50,7 +53,12 @@ from rayspec.search import open_study
 from rayspec.search import wants_more_runs
 from rayspec.search import weigh
 from rayspec.search._structured import NCCL_FAILURES
+from rayspec.search._study import ROLE_BASELINE_AGAIN
 from rayspec.store import ParquetTrialStore
+from rayspec.tune._checks import Chain
+from rayspec.tune._checks import OutputGate
+from rayspec.tune._checks import acceptance_alarm
+from rayspec.tune._checks import prompt_key
 from rayspec.tune._decide import Measured
 from rayspec.tune._decide import cannot_beat
 from rayspec.tune._decide import comparison_metrics
@@ -62,6 +70,7 @@ from rayspec.tune._report import observations_from_rows
 from rayspec.tune._screen import run_screen
 from rayspec.tune._screen import token_bytes
 from rayspec.tune._trial import LIVE_ACTORS
+from rayspec.tune._trial import bench_plan
 from rayspec.tune._trial import failed_result
 from rayspec.tune._trial import objective_scenario
 from rayspec.tune._trial import run_trial
@@ -315,6 +324,7 @@ def run_study(
             concurrency=cfg.scenarios()[0].concurrency, start_noise=cfg.study.start_noise,
         )  # fmt: skip
     observations: list[Observation] = observations_from_rows(rows, roles)
+    gate = _make_gate(cfg, store, roles)
     progress = _Progress(budget.max_restarts, budget.restarts, printer)
     equivalent = strategy.equivalent if strategy is not None else None
     progress.pick = _pick_line(rows, roles, cfg, equivalent)
@@ -367,9 +377,18 @@ def run_study(
         if result.state in (TrialState.COMPLETE, TrialState.PRUNED) and runs:
             metrics = dict(result.metrics) | ledger.comparisons(runs)
             result = dataclasses.replace(result, metrics=metrics)
+        result = _check_output(gate, trial, result, printer)
+        alarm = ""
+        if result.state is TrialState.COMPLETE and result.launch is not None:
+            alarm = acceptance_alarm(
+                result.candidate, float(result.metrics.get("accept_length", math.nan)),
+                _chains(observations), expected=cfg.study.expect_accept_length,
+            )  # fmt: skip
         if result.launch is not None and result.failure != FailureReason.INTERRUPTED.value:
             budget.restarts += 1
         extra = _extra(trial, result, runs, budget.restarts)
+        if alarm:
+            extra["alarm"] = alarm
         store.append_trial(result, extra)
         handle.tell(trial, result)
         budget.told += 1
@@ -394,6 +413,8 @@ def run_study(
             store.load_trials().to_pylist(), handle.roles(), cfg, equivalent
         )
         progress.finished(result, trial, reused_from)
+        if alarm:
+            printer(f"  acceptance alarm: {alarm}")
 
     def next_trial(pending: Sequence[Candidate]) -> TrialHandle | None:
         nonlocal stopped
@@ -473,6 +494,84 @@ def run_study(
         final, ran, done_before, time.monotonic() - t0, pruned, saved_s, budget.restarts,
         stopped,
     )  # fmt: skip
+
+
+def _make_gate(
+    cfg: ExperimentConfig, store: ParquetTrialStore, roles: dict[int, str]
+) -> OutputGate:
+    """The correctness gate, with the baseline's outputs when a resumed study has them."""
+    scenarios = {sc.name: sc for sc in bench_plan(cfg).scenarios}
+
+    @functools.lru_cache(maxsize=4096)
+    def key_of(scenario: str, run: int, index: int) -> str:
+        ask = request_input(scenarios[scenario], run, index)
+        return prompt_key(ask.prompt, ask.max_tokens)
+
+    gate = OutputGate(key_of, gate_tokens=cfg.bench.gate_tokens, enabled=cfg.bench.check_outputs)
+    baseline = next((n for n, r in roles.items() if r == "baseline"), None)
+    if gate.enabled and baseline is not None:
+        table = store.load_requests()
+        if table.num_rows:
+            rows = [r for r in table.to_pylist() if int(r["trial"]) == baseline]
+            records = [_record_of(r) for r in rows if r["scenario"] in scenarios]
+            gate.set_reference(baseline, records)
+    return gate
+
+
+def _record_of(row: dict[str, Any]) -> RequestRecord:
+    """A stored request row, as much of it as the gate needs."""
+    ids = row.get("output_ids")
+    return RequestRecord(
+        scenario=str(row["scenario"]), run=int(row["run"]), index=int(row["index"]),
+        concurrency=int(row["concurrency"]), prompt_tokens=int(row["prompt_tokens"] or 0),
+        completion_tokens=int(row["completion_tokens"] or 0), ttft_ms=0.0, e2e_ms=0.0,
+        itl_ms=(), start_unix_s=0.0, error=row.get("error"),
+        output_ids=tuple(int(i) for i in ids) if ids is not None else None,
+    )  # fmt: skip
+
+
+def _check_output(
+    gate: OutputGate, trial: TrialHandle, result: TrialResult, printer: Printer
+) -> TrialResult:
+    """The correctness gate on a measured trial: the baseline sets the reference, its second
+    start checks the engine's drift, every other trial is compared (wrong_output fails it)."""
+    if result.state not in (TrialState.COMPLETE, TrialState.PRUNED) or not result.requests:
+        return result
+    if trial.role == "baseline":
+        gate.set_reference(result.trial, result.requests)
+        return result
+    if trial.role == ROLE_BASELINE_AGAIN:
+        line = gate.check_drift(result.requests)
+        if line:
+            printer(f"correctness gate: {line}")
+        return result
+    verdict = gate.judge(result.requests)
+    if verdict is None:
+        return result
+    metrics = dict(result.metrics)
+    metrics["gate_compared"] = float(verdict.compared)
+    metrics["gate_diverged_early"] = float(verdict.diverged_early)
+    if not verdict.wrong:
+        return dataclasses.replace(result, metrics=metrics)
+    assert gate.reference_trial is not None
+    return dataclasses.replace(
+        result,
+        state=TrialState.FAIL,
+        value=None,
+        metrics=metrics,
+        failure=FailureReason.WRONG_OUTPUT.value,
+        failure_detail=verdict.describe(gate.gate_tokens, gate.reference_trial),
+    )
+
+
+def _chains(observations: Sequence[Observation]) -> list[Chain]:
+    """The measured chain trials (topk 1), for the acceptance alarm."""
+    out = []
+    for o in observations:
+        spec = o.candidate.spec
+        if o.measured and spec is not None and spec.eagle_topk == 1 and o.runs:
+            out.append(Chain(o.trial, spec.num_steps, o.accept_length, sum(o.runs) / len(o.runs)))
+    return out
 
 
 def _pick_line(
@@ -561,7 +660,7 @@ def _instant_result(
             f"same configuration as trial {failed.number}, which failed ({reason}): not "
             "launched again",
         ), failed.number  # fmt: skip
-    if trial.repeat_of is not None:
+    if trial.repeat_of is not None or trial.role == ROLE_BASELINE_AGAIN:
         return None, None  # a deliberate new server start
     previous = handle.completed_by_key().get(key)
     if previous is not None and previous.number != trial.number:

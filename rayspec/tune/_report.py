@@ -69,6 +69,7 @@ class Row:
     runs: int
     vs_baseline_confidence: float = math.nan  # P(faster than the baseline)
     per_scenario: tuple[tuple[str, float], ...] = ()
+    alarm: str = ""  # the acceptance alarm's hint, when one of its trials raised it
 
     @property
     def trial(self) -> int:
@@ -289,6 +290,8 @@ def format_table(report: StudyReport, limit: int = 10) -> str:
         tag = f" ({r.role})" if r.role else ""
         if report.best is not None and r.trials == report.best.trials:
             tag += " (picked)"
+        if r.alarm:
+            tag += " (acceptance alarm)"
         acc = f"{r.accept_length:.2f}" if math.isfinite(r.accept_length) else "—"
         trials = ",".join(str(t) for t in r.trials[:4]) + ("…" if len(r.trials) > 4 else "")
         lines.append(

@@ -33,6 +33,7 @@ from rayspec.twin._log import SglangLog
 from rayspec.twin._metrics import MetricsRegistry
 from rayspec.twin._resolve import Resolution
 from rayspec.twin._text import completion_ids
+from rayspec.twin._text import corrupt_ids
 from rayspec.twin._text import count_prompt_tokens
 from rayspec.twin._text import delta_text
 from rayspec.twin._text import detokenize
@@ -82,7 +83,7 @@ class TwinServer:
         log: SGLang-format log.
         version: emulated SGLang version.
         version_text: the version string reported in ``/server_info``.
-        seed: the twin seed (text generation).
+        seed: the seed of the greedy text (the profile's: one model, one text per prompt).
         twin_info: what ``/server_info["rayspec_twin"]`` reports (profile, seed, faults).
         metrics: the registry when ``--enable-metrics``.
         launch_command: the command line, for ``/server_info``.
@@ -108,6 +109,7 @@ class TwinServer:
         self.version = version
         self.version_text = version_text
         self.seed = seed
+        self.corrupt_outputs = False  # set when the NCCL setup corrupts data (LL128 on PCIe)
         self.twin_info = twin_info
         self.metrics = metrics
         self.launch_command = launch_command
@@ -322,6 +324,8 @@ class TwinServer:
         if self.on_request_start is not None:
             self.on_request_start()
         ids = completion_ids(self.seed, prompt_key, max(0, max_new_tokens))
+        if self.corrupt_outputs:
+            ids = corrupt_ids(ids, prompt_key)
         return self.engine.submit(
             rid=rid or uuid.uuid4().hex,
             prompt_tokens=prompt_tokens,

@@ -204,6 +204,8 @@ class Engine:
             {} if record_step_time else None
         )
         self.stats = EngineStats()
+        # Below 1: the drafter is fed the wrong hidden-state layers (--twin-fault draft-layers).
+        self.accept_scale = 1.0
         self._waiting: collections.deque[GenRequest] = collections.deque()
         self._running: list[GenRequest] = []
         self._wake = asyncio.Event()
@@ -278,7 +280,7 @@ class Engine:
             prompt_tokens=prompt_tokens,
             max_new_tokens=max(0, max_new_tokens),
             output_ids=output_ids,
-            mult=noise.mult,
+            mult=noise.mult * self.accept_scale,
             time_factor=noise.time_factor,
             rng=random.Random(self.seed * 1_000_003 + index),
             arrival_s=self._now(),

@@ -34,6 +34,9 @@ from rayspec.twin._noise import NoiseModel
 from rayspec.twin._profile import Profile
 from rayspec.twin._profile import load_profile
 from rayspec.twin._resolve import resolve_server_args
+from rayspec.twin._text import completion_ids
+from rayspec.twin._text import corrupt_ids
+from rayspec.twin._text import model_seed
 
 __all__ = ["SimulatedRequest", "SimulatedServer", "SimulatedStartupError"]
 
@@ -68,6 +71,7 @@ class SimulatedRequest:
     ttft_ms: float
     e2e_ms: float
     correct_drafts_histogram: tuple[int, ...] | None = None
+    output_ids: tuple[int, ...] | None = None
 
     @property
     def accept_length(self) -> float | None:
@@ -122,6 +126,8 @@ class SimulatedServer:
         if res.tree_error:
             raise SimulatedStartupError("invalid_draft_tree", res.tree_error)
         self.seed = int(ns.twin_seed)
+        self.text_seed = model_seed(self.profile.name)
+        self.corrupt = nccl.ll128_risk
         self.model = PerfModel(self.profile, nccl, self.spec)
         self.noise = NoiseModel(
             self.profile.noise, random.Random(self.seed), speculative=self.spec is not None
@@ -133,8 +139,13 @@ class SimulatedServer:
         if not ns.skip_server_warmup:
             self.generate(_WARMUP_PROMPT_TOKENS, _WARMUP_TOKENS)
 
-    def generate(self, prompt_tokens: int, max_new_tokens: int) -> SimulatedRequest:
-        """Serve one request alone (the engine's prefill, then decode cycles)."""
+    def generate(
+        self, prompt_tokens: int, max_new_tokens: int, prompt: str | None = None
+    ) -> SimulatedRequest:
+        """Serve one request alone (the engine's prefill, then decode cycles).
+
+        With ``prompt`` the result carries the twin's greedy output ids for it.
+        """
         draw = self.noise.draw_request()
         rng = random.Random(self.seed * 1_000_003 + self._index)
         self._index += 1
@@ -155,9 +166,14 @@ class SimulatedServer:
             if spec is not None:
                 cycles += 1
                 hist[min(max(0, given - 1), len(hist) - 1)] += 1
+        ids: tuple[int, ...] | None = None
+        if prompt is not None:
+            text = completion_ids(self.text_seed, prompt, out)
+            ids = tuple(corrupt_ids(text, prompt) if self.corrupt else text)
         return SimulatedRequest(
             prompt_tokens=prompt_tokens,
             completion_tokens=out,
+            output_ids=ids,
             verify_ct=cycles if spec is not None else None,
             ttft_ms=ttft,
             e2e_ms=elapsed,

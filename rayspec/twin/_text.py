@@ -40,3 +40,32 @@ def delta_text(ids: list[int], start: int) -> str:
     """The text that ``ids[start:]`` adds to ``detokenize(ids[:start])``."""
     text = detokenize(ids[start:])
     return text if start == 0 or not text else " " + text
+
+
+def model_seed(profile_name: str) -> int:
+    """The seed of a model's greedy text: the same for every server start of one profile.
+
+    Greedy decoding is deterministic for a given model and prompt, whatever the NCCL set or the
+    speculative settings (SGLang verifies drafts against the target), so the twin's output
+    depends on the profile and the prompt only, not on ``--twin-seed``.
+    """
+    return zlib.crc32(profile_name.encode("utf-8"))
+
+
+# Where corrupted output starts (tokens into the completion) and how often it strikes after.
+_CORRUPT_FROM = 6
+_CORRUPT_EVERY = 5
+
+
+def corrupt_ids(ids: list[int], prompt_key: str) -> list[int]:
+    """The output of a server whose collectives corrupt data: LL128 forced on a PCIe ring.
+
+    NCCL honours ``NCCL_PROTO=LL128`` on PCIe although LL128 relies on 128-byte store ordering
+    that only NVLink guarantees (silent corruption, NVIDIA/nccl PR #2053): the twin replaces a
+    token every few positions from early on, deterministically per prompt. The speed is LL128's.
+    """
+    rng = random.Random(zlib.crc32(("corrupt:" + prompt_key).encode("utf-8", "surrogatepass")))
+    out = list(ids)
+    for i in range(_CORRUPT_FROM + rng.randrange(_CORRUPT_EVERY), len(out), _CORRUPT_EVERY):
+        out[i] = TOKEN_ID_OFFSET + (out[i] - TOKEN_ID_OFFSET + 1 + rng.randrange(7)) % len(WORDS)
+    return out

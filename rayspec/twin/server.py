@@ -53,8 +53,11 @@ from rayspec.twin._profile import Profile
 from rayspec.twin._profile import load_profile
 from rayspec.twin._resolve import Resolution
 from rayspec.twin._resolve import resolve_server_args
+from rayspec.twin._text import model_seed
 
-FAULT_KINDS = ("crash-startup", "crash-after", "never-ready", "stall", "oom", "graph-capture")
+FAULT_KINDS = (
+    "crash-startup", "crash-after", "never-ready", "stall", "oom", "graph-capture", "draft-layers",
+)  # fmt: skip
 DEFAULT_MAX_TOTAL_TOKENS = 131072  # UNCALIBRATED KV pool size of the twin
 WARMUP_PROMPT = "The capital city of France is"
 WARMUP_TOKENS = 8
@@ -107,6 +110,9 @@ class Faults:
     stall: int | None = None
     oom: str | None = None  # "torch" or "kv"
     graph_capture: bool = False
+    # A drafter fed the wrong hidden-state layers: it still runs and every output is still the
+    # target's (verification), but its acceptance is scaled by this factor.
+    draft_layers: float | None = None
 
     @classmethod
     def parse(cls, values: list[str]) -> Faults:
@@ -127,6 +133,17 @@ class Faults:
                 if not arg.isdigit():
                     raise ValueError(f"--twin-fault {item!r}: expected {kind}:N with N >= 0")
                 fields[kind.replace("-", "_")] = int(arg)
+            elif kind == "draft-layers":
+                try:
+                    scale = float(arg)
+                except ValueError:
+                    scale = -1.0
+                if not 0.0 < scale <= 1.0:
+                    raise ValueError(
+                        f"--twin-fault {item!r}: expected draft-layers:S with 0 < S <= 1 "
+                        "(the acceptance scale)"
+                    )
+                fields["draft_layers"] = scale
             elif kind == "oom":
                 if arg not in ("", "torch", "kv"):
                     raise ValueError(f"--twin-fault {item!r}: expected oom, oom:torch or oom:kv")
@@ -269,7 +286,7 @@ class _Startup:
             self.log,
             version=self.version,
             version_text=ns.twin_version,
-            seed=ns.twin_seed,
+            seed=model_seed(self.profile.name),
             twin_info=twin_info,
             metrics=metrics,
             launch_command=shlex.join(["python", "-m", "rayspec.twin.server", *self.argv]),
@@ -289,6 +306,7 @@ class _Startup:
             return
         self._report_nccl(nccl)
         server.twin_info.update({"nccl": nccl.describe(), "nccl_ll128_risk": nccl.ll128_risk})
+        server.corrupt_outputs = nccl.ll128_risk
         log.scheduler("Init torch distributed ends. mem usage=0.76 GB")
         await self._at(0.15)
         if faults.crash_startup:
@@ -396,7 +414,7 @@ class _Startup:
         ns, res = self.ns, self.res
         noise = NoiseModel(self.profile.noise, random.Random(ns.twin_seed),
                            speculative=res.spec is not None)
-        return Engine(
+        engine = Engine(
             model,
             noise,
             self.log,
@@ -413,6 +431,9 @@ class _Startup:
             metrics=server.metrics,
             on_fatal=self._on_fatal,
         )
+        if self.faults.draft_layers is not None:
+            engine.accept_scale = self.faults.draft_layers
+        return engine
 
     def _on_fatal(self, exc: BaseException) -> None:
         """The engine's first decode failed (draft tree): SGLang's crash lines, then death."""

@@ -105,3 +105,44 @@ def test_a_failed_trial_is_recorded_and_the_study_goes_on(ray_cluster, tmp_path,
     assert all(r["state"] == "FAIL" for r in rows)
     assert all(r["failure"] == "startup_crash" for r in rows)
     assert all("Scheduler hit an exception" in (r["log_tail"] or "") for r in rows)
+
+
+def test_a_fast_wrong_answer_fails_the_gate_and_is_never_picked(ray_cluster, tmp_path) -> None:
+    """LL128 forced on the PCIe twin corrupts its outputs: the trial is wrong_output in the
+    table and Parquet, and the pick is a correct configuration."""
+    import yaml
+
+    from rayspec.tune._report import format_table
+
+    layer = tmp_path / "ll128.yaml"
+    layer.write_text(yaml.safe_dump({
+        "search": {"nccl": {"NCCL_PROTO": ["unset", "LL", "Simple", "LL128"]}},
+        "study": {"enqueue": [
+            {"spec.mode": "EAGLE3", "spec.num_steps": 2, "spec.eagle_topk": 1,
+             "nccl.NCCL_PROTO": "LL128", "nccl.NCCL_P2P_LEVEL": "SYS"},
+        ]},
+    }))  # fmt: skip
+    cfg = load_config(TWIN_EXPERIMENT, [
+        str(layer), f"output.dir={tmp_path}", f"server.port={free_port_block()}", *FAST,
+        "study.max_restarts=3",
+    ])  # fmt: skip
+    outcome = run_study(cfg, printer=lambda _s: None)
+    rows = {r["trial"]: r for r in ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()}
+    assert rows[1]["failure"] == "wrong_output" and rows[1]["state"] == "FAIL"
+    assert "differ from the baseline's" in rows[1]["failure_detail"]
+    assert rows[1]["tok_s_mean"] > 0  # measured, fast, and wrong
+    assert rows[2]["failure"] is None and rows[2]["gate_compared"] >= 1
+    assert "PROTO=LL128" not in outcome.report.best.label
+    assert "failed: wrong_output" in format_table(outcome.report)
+
+
+def test_a_drafter_on_the_wrong_layers_raises_the_acceptance_alarm(ray_cluster, tmp_path) -> None:
+    """Outputs stay correct (the target verifies), acceptance collapses: flagged with a hint."""
+    lines: list[str] = []
+    cfg = _cfg(tmp_path, "study.max_restarts=2", "study.expect_accept_length=1.9",
+               "server.extra_flags=[--twin-fault,draft-layers:0.3]")  # fmt: skip
+    run_study(cfg, printer=lines.append)
+    rows = {r["trial"]: r for r in ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()}
+    assert rows[1]["state"] == "COMPLETE" and rows[1]["failure"] is None  # not wrong output
+    assert "hidden-state layer wiring" in rows[1]["alarm"]
+    assert any(line.startswith("  acceptance alarm: accept length") for line in lines)

@@ -61,3 +61,17 @@ def test_a_start_fails_as_the_twin_would(env, spec, reason) -> None:
     with pytest.raises(SimulatedStartupError) as info:
         SimulatedServer(args, {**base_env, **env})
     assert info.value.reason == reason
+
+
+def test_greedy_output_is_the_prompts_whatever_the_trial_and_ll128_on_pcie_garbles_it() -> None:
+    cfg = load_config(TWIN_EXPERIMENT)
+    prompt = "Explain tensor parallelism."
+    outs = {}
+    for trial, nccl in ((1, LL_SYS), (2, (("NCCL_PROTO", "LL128"),)), (3, ())):
+        args, env = _argv(cfg, Candidate(nccl_env=nccl, spec=SpecSettings("EAGLE3", 2, 1, 3)),
+                          trial)  # fmt: skip
+        outs[trial] = SimulatedServer(args, env).generate(5, 64, prompt).output_ids
+    assert outs[1] == outs[3] and outs[1] is not None and len(outs[1]) == 64
+    assert outs[2] != outs[1]
+    first = next(i for i, (a, b) in enumerate(zip(outs[1], outs[2], strict=True)) if a != b)
+    assert first < 16  # early: not a late numeric drift
