@@ -65,6 +65,9 @@ class SGLangFeatures:
         rejected_graph_flags: older names argparse rejects (exit code 2, "ambiguous option").
         has_ready_endpoint: whether ``GET /ready`` exists.
         spec_meta_fields: the speculative fields of a final chunk's ``meta_info``.
+        spec_v2_switch: how the speculative overlap scheduler is turned off ("env": set
+            ``SGLANG_ENABLE_SPEC_V2=False``; "flag": ``--disable-overlap-schedule``; "": not).
+        adaptive_spec: whether adaptive speculative decoding (``--speculative-adaptive``) exists.
         contract_pinned: whether tests/contract_tests check rayspec's launch lines against
             the argument parser of exactly ``since`` (built by ``.ci/sglang-env``); a later
             version that falls in the row is not checked.
@@ -77,6 +80,12 @@ class SGLangFeatures:
     has_ready_endpoint: bool
     spec_meta_fields: tuple[str, ...]
     contract_pinned: bool = False
+    # How the speculative overlap scheduler (spec v2) is switched: "env" (the environment
+    # variable SGLANG_ENABLE_SPEC_V2, 0.5.5-0.5.22), "flag" (always v2; overlap off with
+    # --disable-overlap-schedule, 0.5.23), or "" (not switchable).
+    spec_v2_switch: str = ""
+    # Whether --speculative-adaptive / --speculative-adaptive-config exist (adaptive steps).
+    adaptive_spec: bool = False
 
 
 #: The table, oldest first: a row at each version where a difference was first seen, among
@@ -99,6 +108,7 @@ SGLANG_VERSIONS: tuple[SGLangFeatures, ...] = (
         rejected_graph_flags=(),
         has_ready_endpoint=False,
         spec_meta_fields=_META_0_5_5,
+        spec_v2_switch="env",
     ),
     # The draft counters appear, each also under an alias name.
     SGLangFeatures(
@@ -108,6 +118,7 @@ SGLANG_VERSIONS: tuple[SGLangFeatures, ...] = (
         rejected_graph_flags=(),
         has_ready_endpoint=False,
         spec_meta_fields=_META_0_5_12,
+        spec_v2_switch="env",
     ),
     # The cap is renamed; the old name survives as a deprecated alias (first seen in 0.5.18).
     SGLangFeatures(
@@ -117,6 +128,7 @@ SGLANG_VERSIONS: tuple[SGLangFeatures, ...] = (
         rejected_graph_flags=(),
         has_ready_endpoint=False,
         spec_meta_fields=_META_0_5_12,
+        spec_v2_switch="env",
     ),
     # The old name is gone: argparse rejects it as ambiguous (exit 2). GET /ready appears.
     SGLangFeatures(
@@ -126,6 +138,7 @@ SGLANG_VERSIONS: tuple[SGLangFeatures, ...] = (
         rejected_graph_flags=(_OLD_GRAPH_FLAG,),
         has_ready_endpoint=True,
         spec_meta_fields=_META_0_5_12,
+        spec_v2_switch="env",
     ),
     # The draft-counter aliases are gone from meta_info.
     SGLangFeatures(
@@ -135,6 +148,7 @@ SGLANG_VERSIONS: tuple[SGLangFeatures, ...] = (
         rejected_graph_flags=(_OLD_GRAPH_FLAG,),
         has_ready_endpoint=True,
         spec_meta_fields=_META_0_5_21,
+        spec_v2_switch="env",
     ),
     # Arguments become a sealed msgspec Struct. The version the contract tests pin.
     SGLangFeatures(
@@ -145,6 +159,8 @@ SGLANG_VERSIONS: tuple[SGLangFeatures, ...] = (
         has_ready_endpoint=True,
         spec_meta_fields=_META_0_5_21,
         contract_pinned=True,
+        spec_v2_switch="flag",
+        adaptive_spec=True,
     ),
 )
 
