@@ -53,6 +53,10 @@ UNSET = "unset"
 
 SPEC_OFF = "off"
 SPEC_ALGORITHMS = ("EAGLE3", "EAGLE")
+# SGLang's adaptive speculative decoding (--speculative-adaptive): "<algorithm>-adaptive".
+ADAPTIVE_SUFFIX = "-adaptive"
+SPEC_MODES = (*SPEC_ALGORITHMS, *(f"{a}{ADAPTIVE_SUFFIX}" for a in SPEC_ALGORITHMS))
+OVERLAP_CHOICES = ("on", "off")
 
 # Flags that turn NVLink multicast (NVLS) on; refused unless server.allow_nvlink_multicast.
 MULTICAST_FLAGS = ("--enable-nccl-nvls", "--enable-symm-mem", "--enable-torch-symm-mem")
@@ -68,6 +72,8 @@ MANAGED_FLAGS = (
     "--speculative-draft-model-path",
     "--speculative-draft-model",
     "--speculative-num-steps",
+    "--speculative-adaptive",
+    "--speculative-adaptive-config",
     "--speculative-eagle-topk",
     "--speculative-num-draft-tokens",
     "--max-running-requests",
@@ -192,12 +198,19 @@ class ServerConfig:
 
 @dataclass
 class SpeculativeSpace:
-    """EAGLE-3 choices. ``modes`` holds ``off`` (the baseline) and/or an algorithm name."""
+    """EAGLE-3 choices.
+
+    ``modes`` holds ``off`` (the baseline), algorithm names (static steps/topk/draft tokens)
+    and/or ``EAGLE3-adaptive`` (SGLang's adaptive steps, topk 1: one point of the space).
+    ``overlap``: ``[on]`` keeps the speculative overlap scheduler on; ``[on, off]`` also tries
+    it off for topk-1 configurations.
+    """
 
     modes: list[str] = field(default_factory=lambda: [SPEC_OFF, "EAGLE3"])
     num_steps: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5, 6])
     eagle_topk: list[int] = field(default_factory=lambda: [1, 2, 4])
     num_draft_tokens: list[int] = field(default_factory=lambda: [2, 3, 4, 6, 8])
+    overlap: list[str] = field(default_factory=lambda: ["on"])
 
 
 @dataclass
@@ -411,6 +424,7 @@ def _normalise(cfg: ExperimentConfig) -> None:
     """Undo YAML's on/off booleans; put ``unset``/``off`` first in choices; drop duplicates."""
     sp = cfg.search.speculative
     sp.modes = [_YAML_BOOL.get(m, m) if _YAML_BOOL.get(m) == SPEC_OFF else m for m in sp.modes]
+    sp.overlap = list(dict.fromkeys(_YAML_BOOL.get(str(v), str(v)) for v in sp.overlap))
     for name, choices in list(cfg.search.nccl.items()):
         values = [str(v) for v in choices]
         rest = [v for v in dict.fromkeys(values) if v != UNSET]
@@ -459,6 +473,8 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail(
             "server.sglang_version", f"{srv.sglang_version!r} is not a version like 0.5.23"
         )
+    if not _VERSION.match(srv.twin.version):
+        raise _fail("server.twin.version", f"{srv.twin.version!r} is not a version like 0.5.23")
     if srv.twin.startup_s < 0:
         raise _fail("server.twin.startup_s", "must be 0 or more")
     spec_on = [m for m in cfg.search.speculative.modes if m != SPEC_OFF]
@@ -624,11 +640,33 @@ def _validate_space(cfg: ExperimentConfig) -> None:
     if not sp.modes:
         raise _fail("search.speculative.modes", "needs at least one of off, EAGLE3")
     for mode in sp.modes:
-        if mode != SPEC_OFF and mode not in SPEC_ALGORITHMS:
+        if mode != SPEC_OFF and mode not in SPEC_MODES:
             raise _fail(
                 "search.speculative.modes",
-                f"{mode!r} is not one of {', '.join((SPEC_OFF, *SPEC_ALGORITHMS))}",
+                f"{mode!r} is not one of {', '.join((SPEC_OFF, *SPEC_MODES))}",
             )
+    if not sp.overlap:
+        raise _fail("search.speculative.overlap", "needs at least one of on, off")
+    for value in sp.overlap:
+        if value not in OVERLAP_CHOICES:
+            raise _fail("search.speculative.overlap", f"{value!r} is not one of on, off")
+    from rayspec.server._versions import sglang_features  # the server package imports this
+
+    adaptive = [m for m in sp.modes if m.endswith(ADAPTIVE_SUFFIX)]
+    srv = cfg.server
+    version = srv.sglang_version if srv.engine is Engine.sglang else srv.twin.version
+    if "off" in sp.overlap and not sglang_features(version).spec_v2_switch:
+        raise _fail(
+            "search.speculative.overlap",
+            f"off needs SGLang 0.5.5 or later (EAGLE already runs without the overlap "
+            f"scheduler in {version})",
+        )
+    if adaptive and not sglang_features(version).adaptive_spec:
+        raise _fail(
+            "search.speculative.modes",
+            f"{adaptive[0]} needs SGLang 0.5.23 or later (--speculative-adaptive); "
+            f"this experiment runs {version}",
+        )
     if any(m != SPEC_OFF for m in sp.modes):
         for key, values, low in (
             ("num_steps", sp.num_steps, 1),

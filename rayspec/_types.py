@@ -34,12 +34,19 @@ class SpecSettings:
 
     ``num_draft_tokens`` includes the root/bonus position (SGLang's N). With ``eagle_topk == 1``
     it is always ``num_steps + 1``.
+
+    ``adaptive``: SGLang's adaptive speculative decoding (``--speculative-adaptive``, topk 1):
+    ``num_steps`` is then only where it starts; each batch-size tier moves among its candidate
+    steps as acceptance goes. ``overlap``: False turns the speculative overlap scheduler
+    (spec v2) off, which only topk 1 has; True leaves the engine's default.
     """
 
     algorithm: str
     num_steps: int
     eagle_topk: int
     num_draft_tokens: int
+    adaptive: bool = False
+    overlap: bool = True
 
     @property
     def tree_capacity(self) -> int:
@@ -52,10 +59,14 @@ class SpecSettings:
         return self.num_draft_tokens - 1 <= self.tree_capacity
 
     def label(self) -> str:
-        return (
-            f"{self.algorithm} {self.num_steps} steps, topk {self.eagle_topk}, "
-            f"{self.num_draft_tokens} draft tokens"
-        )
+        if self.adaptive:
+            text = f"{self.algorithm} adaptive steps (from {self.num_steps})"
+        else:
+            text = (
+                f"{self.algorithm} {self.num_steps} steps, topk {self.eagle_topk}, "
+                f"{self.num_draft_tokens} draft tokens"
+            )
+        return text if self.overlap else f"{text}, overlap off"
 
 
 @dataclasses.dataclass(frozen=True)

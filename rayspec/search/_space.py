@@ -7,6 +7,10 @@ categorical, so a value is always one the user wrote.
 SGLang's rules are built in (sglang-contract §4.2, §10.1):
 
 - the speculative numbers are sampled together or not at all (``spec.mode: off`` samples none);
+- an adaptive mode (``EAGLE3-adaptive``) is one point: topk 1, starting at
+  :data:`ADAPTIVE_START_STEPS` (SGLang's own start, the middle of its default candidate steps);
+  ``spec.overlap`` (the speculative overlap scheduler on/off) exists for topk 1 only, and is a
+  parameter only when both are declared;
 - with ``eagle_topk == 1`` SGLang forces ``num_draft_tokens = num_steps + 1``, so the draft-token
   parameter is not sampled at all: those candidates are one point, not many;
 - a draft budget the tree cannot hold (``ndt - 1 > topk + (steps - 1) * topk**2``) yields a
@@ -24,6 +28,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from typing import Any
 
+from rayspec._config import ADAPTIVE_SUFFIX
 from rayspec._config import SPEC_OFF
 from rayspec._config import UNSET
 from rayspec._config import SearchConfig
@@ -35,10 +40,12 @@ if TYPE_CHECKING:
     import optuna
 
 __all__ = [
+    "ADAPTIVE_START_STEPS",
     "FLAG_OFF",
     "FLAG_ON",
     "P_MODE",
     "P_NDT",
+    "P_OVERLAP",
     "P_STEPS",
     "P_TOPK",
     "SearchSpace",
@@ -49,9 +56,17 @@ P_MODE = "spec.mode"
 P_STEPS = "spec.num_steps"
 P_TOPK = "spec.eagle_topk"
 P_NDT = "spec.num_draft_tokens"
+P_OVERLAP = "spec.overlap"
+# SGLang starts adaptive steps at the middle of its candidate steps, [0, 1, 3, 5, 7] by default
+# (0.5.23 speculative_hook._init_adaptive_speculative_params).
+ADAPTIVE_START_STEPS = 3
 ATTR_QUEUED = "queued_params"  # user attribute of an enqueued trial: the parameters it fixes
 FLAG_ON = "on"
 FLAG_OFF = "off"
+
+
+def is_adaptive(mode: str) -> bool:
+    return mode.endswith(ADAPTIVE_SUFFIX)
 
 
 def _nccl_param(name: str) -> str:
@@ -72,6 +87,7 @@ class SearchSpace:
     num_draft_tokens: tuple[int, ...]
     nccl: tuple[tuple[str, tuple[str, ...]], ...]
     flags: tuple[tuple[str, tuple[str, ...]], ...]
+    overlap: tuple[str, ...] = (FLAG_ON,)
 
     @classmethod
     def from_config(cls, search: SearchConfig) -> SearchSpace:
@@ -83,7 +99,12 @@ class SearchSpace:
             num_draft_tokens=tuple(dict.fromkeys(sp.num_draft_tokens)),
             nccl=tuple((k, tuple(v)) for k, v in search.nccl.items()),
             flags=tuple((k, tuple(v)) for k, v in search.flags.items()),
+            overlap=tuple(dict.fromkeys(sp.overlap)),
         )
+
+    @property
+    def overlap_searched(self) -> bool:
+        return len(self.overlap) > 1
 
     # -- sampling -------------------------------------------------------------------------
     def suggest(self, trial: optuna.Trial) -> Candidate:
@@ -91,7 +112,7 @@ class SearchSpace:
         params: dict[str, Any] = {}
         mode = trial.suggest_categorical(P_MODE, list(self.modes))
         params[P_MODE] = mode
-        if mode != SPEC_OFF:
+        if mode != SPEC_OFF and not is_adaptive(mode):
             params[P_STEPS] = trial.suggest_categorical(P_STEPS, list(self.num_steps))
             params[P_TOPK] = trial.suggest_categorical(P_TOPK, list(self.eagle_topk))
             if params[P_TOPK] > 1:
@@ -102,11 +123,20 @@ class SearchSpace:
                 if P_NDT in queued and ndt_name != P_NDT:
                     ndt_name, budgets = P_NDT, list(self.num_draft_tokens)
                 params[ndt_name] = trial.suggest_categorical(ndt_name, budgets)
+        if self._has_overlap_param(params):
+            params[P_OVERLAP] = trial.suggest_categorical(P_OVERLAP, list(self.overlap))
         for name, choices in self.nccl:
             params[_nccl_param(name)] = trial.suggest_categorical(_nccl_param(name), list(choices))
         for flag, choices in self.flags:
             params[_flag_param(flag)] = trial.suggest_categorical(_flag_param(flag), list(choices))
         return self.candidate(params)
+
+    def _has_overlap_param(self, params: Mapping[str, Any]) -> bool:
+        """Whether ``params`` (mode, steps, topk) take ``spec.overlap``: topk 1, both declared."""
+        mode = str(params.get(P_MODE, SPEC_OFF))
+        if not self.overlap_searched or mode == SPEC_OFF:
+            return False
+        return is_adaptive(mode) or int(params.get(P_TOPK, 0)) == 1
 
     def ndt_param(self, steps: int, topk: int) -> tuple[str, list[int]]:
         """The draft-token parameter for a tree of ``steps`` x ``topk``, and its choices.
@@ -127,11 +157,13 @@ class SearchSpace:
     def grid(self) -> dict[str, list[Any]]:
         """Every parameter with its choices, for Optuna's GridSampler."""
         grid: dict[str, list[Any]] = {P_MODE: list(self.modes)}
-        if any(m != SPEC_OFF for m in self.modes):
+        if any(m != SPEC_OFF and not is_adaptive(m) for m in self.modes):
             grid[P_STEPS] = list(self.num_steps)
             grid[P_TOPK] = list(self.eagle_topk)
             if any(t > 1 for t in self.eagle_topk):
                 grid[P_NDT] = list(self.num_draft_tokens)
+        if self.overlap_searched and any(m != SPEC_OFF for m in self.modes):
+            grid[P_OVERLAP] = list(self.overlap)
         for name, choices in self.nccl:
             grid[_nccl_param(name)] = list(choices)
         for flag, choices in self.flags:
@@ -146,14 +178,20 @@ class SearchSpace:
             ConfigError: a value is not among the declared choices.
         """
         self.check(params)
-        mode = params.get(P_MODE, SPEC_OFF)
+        mode = str(params.get(P_MODE, SPEC_OFF))
         spec = None
-        if mode != SPEC_OFF:
+        overlap = str(params.get(P_OVERLAP, self.overlap[0])) == FLAG_ON
+        if is_adaptive(mode):
+            k = ADAPTIVE_START_STEPS
+            algorithm = mode.removesuffix(ADAPTIVE_SUFFIX)
+            spec = SpecSettings(algorithm, k, 1, k + 1, adaptive=True, overlap=overlap)
+        elif mode != SPEC_OFF:
             steps = int(params[P_STEPS])
             topk = int(params[P_TOPK])
             # topk 1: SGLang forces ndt = steps + 1 (sglang-contract §4.2 rule 9).
             ndt = steps + 1 if topk == 1 else int(params[_ndt_key(params)])
-            spec = SpecSettings(str(mode), steps, topk, ndt)
+            # Only topk 1 has the speculative overlap scheduler to turn off.
+            spec = SpecSettings(mode, steps, topk, ndt, overlap=overlap or topk > 1)
         nccl = tuple(
             sorted(
                 (name, str(params[_nccl_param(name)]))
@@ -191,6 +229,7 @@ class SearchSpace:
             P_STEPS: self.num_steps,
             P_TOPK: self.eagle_topk,
             P_NDT: self.num_draft_tokens,
+            P_OVERLAP: self.overlap,
         }
         for k in self.num_steps:
             for m in self.eagle_topk:
@@ -209,8 +248,8 @@ class SearchSpace:
                     continue
                 listed = ", ".join(map(str, allowed[key]))
                 raise ConfigError(f"{key}: {value!r} is not one of the choices [{listed}]")
-        mode = params.get(P_MODE, SPEC_OFF)
-        if mode != SPEC_OFF:
+        mode = str(params.get(P_MODE, SPEC_OFF))
+        if mode != SPEC_OFF and not is_adaptive(mode):
             for key in (P_STEPS, P_TOPK):
                 if key not in params:
                     raise ConfigError(f"{key}: required with {P_MODE}={mode}")
@@ -222,6 +261,8 @@ class SearchSpace:
         params: dict[str, Any] = {}
         if candidate.spec is None:
             params[P_MODE] = SPEC_OFF
+        elif candidate.spec.adaptive:
+            params[P_MODE] = candidate.spec.algorithm + ADAPTIVE_SUFFIX
         else:
             params[P_MODE] = candidate.spec.algorithm
             params[P_STEPS] = candidate.spec.num_steps
@@ -231,6 +272,10 @@ class SearchSpace:
                 if candidate.spec.num_draft_tokens not in choices:
                     name = P_NDT  # a budget the tree cannot hold: only the full list names it
                 params[name] = candidate.spec.num_draft_tokens
+        if candidate.spec is not None and self._has_overlap_param(
+            {**params, P_TOPK: candidate.spec.eagle_topk}
+        ):
+            params[P_OVERLAP] = FLAG_ON if candidate.spec.overlap else FLAG_OFF
         env = candidate.env
         for name, _ in self.nccl:
             params[_nccl_param(name)] = env.get(name, UNSET)
@@ -257,10 +302,14 @@ class SearchSpace:
             if mode == SPEC_OFF:
                 spec_points += 1
                 continue
+            if is_adaptive(mode):
+                spec_points += len(self.overlap)
+                continue
             for k in self.num_steps:
                 for m in self.eagle_topk:
                     ndts = [k + 1] if m == 1 else list(self.num_draft_tokens)
-                    spec_points += sum(1 for n in ndts if SpecSettings(mode, k, m, n).fits_tree)
+                    fit = sum(1 for n in ndts if SpecSettings(mode, k, m, n).fits_tree)
+                    spec_points += fit * (len(self.overlap) if m == 1 else 1)
         total = spec_points
         for _, choices in (*self.nccl, *self.flags):
             total *= len(choices)
@@ -274,6 +323,10 @@ def _ndt_key(params: Mapping[str, Any]) -> str:
 def canonical_key(candidate: Candidate) -> str:
     """A stable identity: equivalent candidates (as SGLang resolves them) share it."""
     spec = dataclasses.asdict(candidate.spec) if candidate.spec else None
+    if spec is not None:  # the defaults stay out, so keys written before the modes still match
+        for name, default in (("adaptive", False), ("overlap", True)):
+            if spec[name] == default:
+                del spec[name]
     return json.dumps(
         {"spec": spec, "env": list(candidate.nccl_env), "flags": list(candidate.flags)},
         sort_keys=True,

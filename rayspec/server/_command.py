@@ -23,6 +23,7 @@ __all__ = ["build_launch", "cuda_graph_flag", "server_env", "shell_line", "twin_
 
 SGLANG_MODULE = "sglang.launch_server"
 TWIN_MODULE = "rayspec.twin.server"
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"  # False: the speculative overlap scheduler off (<0.5.18)
 
 
 def cuda_graph_flag(sglang_version: str) -> str:
@@ -39,6 +40,13 @@ def twin_seed(study_seed: int | None, trial: int) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
+def _overlap_switch(cfg: ExperimentConfig) -> str:
+    """How this experiment's SGLang (or the version the twin emulates) turns overlap off."""
+    srv = cfg.server
+    version = srv.twin.version if srv.engine is Engine.twin else srv.sglang_version
+    return sglang_features(version).spec_v2_switch
+
+
 def server_env(cfg: ExperimentConfig, candidate: Candidate) -> tuple[dict[str, str], list[str]]:
     """The variables to set and to remove for one candidate.
 
@@ -47,6 +55,9 @@ def server_env(cfg: ExperimentConfig, candidate: Candidate) -> tuple[dict[str, s
     """
     env = dict(cfg.server.env)
     env.update(candidate.env)
+    spec = candidate.spec
+    if spec is not None and not spec.overlap and _overlap_switch(cfg) == "env":
+        env[SPEC_V2_ENV] = "False"
     if not cfg.server.allow_nvlink_multicast:
         env["NCCL_NVLS_ENABLE"] = "0"
     unset = sorted(name for name in cfg.search.nccl if name not in env)
@@ -95,6 +106,10 @@ def build_launch(
             "--speculative-eagle-topk", str(spec.eagle_topk),
             "--speculative-num-draft-tokens", str(spec.num_draft_tokens),
         ]  # fmt: skip
+        if spec.adaptive:  # steps move among the tiers' candidate steps from num_steps
+            argv.append("--speculative-adaptive")
+        if not spec.overlap and _overlap_switch(cfg) == "flag":
+            argv.append("--disable-overlap-schedule")
     if srv.attention_backend:
         argv += ["--attention-backend", srv.attention_backend]
     # Explicit in both arms, so SGLang's 48 cap for speculation does not differ from the

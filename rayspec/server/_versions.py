@@ -80,9 +80,9 @@ class SGLangFeatures:
     has_ready_endpoint: bool
     spec_meta_fields: tuple[str, ...]
     contract_pinned: bool = False
-    # How the speculative overlap scheduler (spec v2) is switched: "env" (the environment
-    # variable SGLANG_ENABLE_SPEC_V2, 0.5.5-0.5.22), "flag" (always v2; overlap off with
-    # --disable-overlap-schedule, 0.5.23), or "" (not switchable).
+    # How the speculative overlap scheduler (spec v2) is turned off: "env" (the environment
+    # variable SGLANG_ENABLE_SPEC_V2=False, 0.5.5-0.5.12), "flag" (--disable-overlap-schedule:
+    # the variable is gone by 0.5.18; 0.5.23 always runs spec v2), or "" (EAGLE forces it off).
     spec_v2_switch: str = ""
     # Whether --speculative-adaptive / --speculative-adaptive-config exist (adaptive steps).
     adaptive_spec: bool = False
@@ -128,7 +128,7 @@ SGLANG_VERSIONS: tuple[SGLangFeatures, ...] = (
         rejected_graph_flags=(),
         has_ready_endpoint=False,
         spec_meta_fields=_META_0_5_12,
-        spec_v2_switch="env",
+        spec_v2_switch="flag",
     ),
     # The old name is gone: argparse rejects it as ambiguous (exit 2). GET /ready appears.
     SGLangFeatures(
@@ -138,7 +138,7 @@ SGLANG_VERSIONS: tuple[SGLangFeatures, ...] = (
         rejected_graph_flags=(_OLD_GRAPH_FLAG,),
         has_ready_endpoint=True,
         spec_meta_fields=_META_0_5_12,
-        spec_v2_switch="env",
+        spec_v2_switch="flag",
     ),
     # The draft-counter aliases are gone from meta_info.
     SGLangFeatures(
@@ -148,7 +148,7 @@ SGLANG_VERSIONS: tuple[SGLangFeatures, ...] = (
         rejected_graph_flags=(_OLD_GRAPH_FLAG,),
         has_ready_endpoint=True,
         spec_meta_fields=_META_0_5_21,
-        spec_v2_switch="env",
+        spec_v2_switch="flag",
     ),
     # Arguments become a sealed msgspec Struct. The version the contract tests pin.
     SGLangFeatures(

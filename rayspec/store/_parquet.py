@@ -48,6 +48,8 @@ TRIAL_SCHEMA = pa.schema(
         ("spec_num_steps", pa.float64()),
         ("spec_eagle_topk", pa.float64()),
         ("spec_num_draft_tokens", pa.float64()),
+        ("spec_adaptive", pa.bool_()),  # adaptive steps (num_steps is where they start)
+        ("spec_overlap", pa.bool_()),  # False: the speculative overlap scheduler turned off
         ("start_unix_s", pa.float64()),
         ("end_unix_s", pa.float64()),
         ("duration_s", pa.float64()),
@@ -174,6 +176,8 @@ def trial_row(result: TrialResult, extra: Mapping[str, object] | None = None) ->
         "spec_num_steps": _float(spec.num_steps) if spec else None,
         "spec_eagle_topk": _float(spec.eagle_topk) if spec else None,
         "spec_num_draft_tokens": _float(spec.num_draft_tokens) if spec else None,
+        "spec_adaptive": spec.adaptive if spec else None,
+        "spec_overlap": spec.overlap if spec else None,
         "start_unix_s": float(result.start_unix_s),
         "end_unix_s": float(result.end_unix_s),
         "duration_s": float(result.end_unix_s - result.start_unix_s),

@@ -110,6 +110,8 @@ def candidate_from_row(r: dict[str, Any]) -> Candidate:
             int(r["spec_num_steps"]),
             int(r["spec_eagle_topk"]),
             int(r["spec_num_draft_tokens"]),
+            adaptive=bool(r.get("spec_adaptive") or False),
+            overlap=r.get("spec_overlap") is not False,
         )
     params = json.loads(r["params"]) if r.get("params") else {}
     nccl = tuple(
