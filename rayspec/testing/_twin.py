@@ -1,4 +1,4 @@
-"""Start the twin as a subprocess for tests and benchmarks (not used by rayspec's real path).
+"""Start the twin as a subprocess for tests and benchmarks (a test double, not the real path).
 
 rayspec's server layer launches servers through ``rayspec/server``; this helper exists so the
 twin's own tests and ``benchmarks/twin_fidelity.py`` can start a twin with a few lines and look at

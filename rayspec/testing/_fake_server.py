@@ -11,7 +11,7 @@ comparable across processes of one Linux host); ``GET /fake/log`` returns the lo
 ``DELETE /fake/log`` clears it.
 
 Run it in-process on a thread (:class:`FakeSGLangServer`) or as a process:
-``python -m rayspec.bench._fake_server --port 0 --gap-ms 10`` prints ``PORT <n>`` when ready.
+``python -m rayspec.testing._fake_server --port 0 --gap-ms 10`` prints ``PORT <n>`` when ready.
 """
 
 from __future__ import annotations
