@@ -1,6 +1,6 @@
 """Client fidelity: does rayspec's benchmark client measure the server, not itself?
 
-Part 1 drives a paced fake SGLang server (``rayspec.bench._fake_server`` in a subprocess; it
+Part 1 drives a paced fake SGLang server (``rayspec.testing._fake_server`` in a subprocess; it
 logs every emission with a CLOCK_MONOTONIC stamp, the clock of ``time.perf_counter``) and, when
 it starts, the digital twin (``python -m rayspec.twin.server``; its ``meta_info.e2e_latency``
 is its scheduled arrival-to-finish time) at concurrency 1 and 64, with the bench package's
@@ -93,7 +93,7 @@ class Row:
 
 def start_fake(*args: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rayspec.bench._fake_server", "--port", "0", *args],
+        [sys.executable, "-m", "rayspec.testing._fake_server", "--port", "0", *args],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -225,7 +225,7 @@ def twin_case(url: str, name: str, concurrency: int, max_tokens: int, runs: int)
 
 def run_twin(quick: bool) -> list[Row]:
     try:
-        from rayspec.twin._testing import TwinProcess
+        from rayspec.testing._twin import TwinProcess
     except ImportError as exc:
         print(f"(twin not available: {exc})")
         return []

@@ -28,10 +28,10 @@ import httpx
 
 from rayspec._types import SpecSettings
 from rayspec.testing import FIELD_TUNED_NCCL
+from rayspec.testing._twin import TwinProcess
 from rayspec.twin import PerfModel
 from rayspec.twin import load_profile
 from rayspec.twin import resolve_nccl
-from rayspec.twin._testing import TwinProcess
 
 TUNED = dict(FIELD_TUNED_NCCL)
 PROMPT = (

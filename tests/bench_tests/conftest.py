@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from rayspec.bench._fake_server import FakeBehaviour
-from rayspec.bench._fake_server import FakeSGLangServer
+from rayspec.testing._fake_server import FakeBehaviour
+from rayspec.testing._fake_server import FakeSGLangServer
 
 
 @pytest.fixture(scope="session")

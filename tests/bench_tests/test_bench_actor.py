@@ -13,8 +13,8 @@ from rayspec.bench import BenchPlan
 from rayspec.bench import BenchResult
 from rayspec.bench import Scenario
 from rayspec.bench import summarize
-from rayspec.bench._fake_server import FakeBehaviour
-from rayspec.bench._fake_server import FakeSGLangServer
+from rayspec.testing._fake_server import FakeBehaviour
+from rayspec.testing._fake_server import FakeSGLangServer
 
 
 def test_records_survive_pickling() -> None:

@@ -14,8 +14,8 @@ from rayspec import StreamStalled
 from rayspec.bench import StreamClient
 from rayspec.bench import failure_of
 from rayspec.bench._client import _Timeline
-from rayspec.bench._fake_server import FakeBehaviour
-from rayspec.bench._fake_server import FakeSGLangServer
+from rayspec.testing._fake_server import FakeBehaviour
+from rayspec.testing._fake_server import FakeSGLangServer
 
 # pattern (2, 1, 3) after a 1-token first chunk, 20 tokens: the last chunk is cut to 1 token.
 PATTERN_CHUNKS = [1, 2, 1, 3, 2, 1, 3, 2, 1, 3, 1]

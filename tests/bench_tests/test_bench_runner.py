@@ -25,8 +25,8 @@ from rayspec.bench import run_benchmark
 from rayspec.bench import run_benchmark_detailed
 from rayspec.bench import run_tok_s
 from rayspec.bench import summarize
-from rayspec.bench._fake_server import FakeBehaviour
-from rayspec.bench._fake_server import FakeSGLangServer
+from rayspec.testing._fake_server import FakeBehaviour
+from rayspec.testing._fake_server import FakeSGLangServer
 
 FAST = FakeBehaviour(ttft_s=0.005, gap_s=0.002, pattern=(2, 1))
 

@@ -21,7 +21,7 @@ from rayspec.bench import run_benchmark_detailed
 from rayspec.bench import summarize
 from rayspec.testing import eagle3_flags
 
-twin_testing = pytest.importorskip("rayspec.twin._testing")
+twin_testing = pytest.importorskip("rayspec.testing._twin")
 
 EAGLE = ["--tp-size", "8", *eagle3_flags(2), "--twin-realtime", "false"]
 

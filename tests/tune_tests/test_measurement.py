@@ -15,7 +15,7 @@ from rayspec.bench import per_run_tok_s
 from rayspec.bench import run_benchmark
 from rayspec.testing import FIELD_TUNED_NCCL
 from rayspec.testing import eagle3_flags
-from rayspec.twin._testing import TwinProcess
+from rayspec.testing._twin import TwinProcess
 
 TUNED = dict(FIELD_TUNED_NCCL)
 PLAN = BenchPlan(scenarios=(Scenario(name="c1", max_tokens=200),), warmup=1, repeats=8)

@@ -11,7 +11,7 @@ import pytest
 
 from rayspec.testing import FIELD_TUNED_NCCL
 from rayspec.testing import eagle3_flags
-from rayspec.twin._testing import TwinProcess
+from rayspec.testing._twin import TwinProcess
 
 SPEC_ARGS = ("--tp-size", "8", *eagle3_flags(2))
 TUNED_NCCL = dict(FIELD_TUNED_NCCL)

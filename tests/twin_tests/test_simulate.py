@@ -10,10 +10,10 @@ from rayspec._config import load_config
 from rayspec.bench import request_input
 from rayspec.bench import run_benchmark_detailed
 from rayspec.server import build_launch
+from rayspec.testing._twin import TwinProcess
 from rayspec.tune._trial import bench_plan
 from rayspec.twin._simulate import SimulatedServer
 from rayspec.twin._simulate import SimulatedStartupError
-from rayspec.twin._testing import TwinProcess
 from rayspec.twin._text import count_prompt_tokens
 from tests.helpers import TWIN_EXPERIMENT
 

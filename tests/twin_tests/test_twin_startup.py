@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from rayspec.twin._testing import TwinProcess
+from rayspec.testing._twin import TwinProcess
 
 from .conftest import SPEC_ARGS
 from .conftest import TUNED_NCCL
