@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from rayspec.store._base import BaseTrialStore
 from rayspec.store._parquet import REQUEST_SCHEMA
+from rayspec.store._parquet import TRIAL_METRICS
 from rayspec.store._parquet import TRIAL_SCHEMA
 from rayspec.store._parquet import ParquetTrialStore
+from rayspec.store._parquet import trial_schema
 
-__all__ = ["BaseTrialStore", "ParquetTrialStore", "REQUEST_SCHEMA", "TRIAL_SCHEMA"]
+__all__ = [
+    "BaseTrialStore",
+    "ParquetTrialStore",
+    "REQUEST_SCHEMA",
+    "TRIAL_METRICS",
+    "TRIAL_SCHEMA",
+    "trial_schema",
+]

@@ -5,16 +5,20 @@ Layout under the study folder ``<out>``::
     <out>/trials/trial-000012.parquet      one row per trial
     <out>/requests/trial-000012.parquet    one row per request of that trial
 
-Every metric is float64 from the start and optional strings have an explicit type, so files
-written by different trials always unify; readers inspect every file (``promote_options=
-"permissive"``), never just the first.
+Every trial file is written with the study's whole schema (:func:`trial_schema`; a metric a
+trial lacks is a null), and every request file with :data:`REQUEST_SCHEMA`, so readers that take
+the first file's schema (``pq.read_table(dir)``, DuckDB's ``'trials/*.parquet'``) see every
+column. This store's own reader still inspects every file (``promote_options="permissive"``), so
+folders written before the schema was fixed read whole too.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -27,7 +31,17 @@ from rayspec._types import RequestRecord
 from rayspec._types import TrialResult
 from rayspec.store._base import BaseTrialStore
 
-__all__ = ["ParquetTrialStore", "TRIAL_SCHEMA", "REQUEST_SCHEMA"]
+__all__ = [
+    "ParquetTrialStore",
+    "REQUEST_SCHEMA",
+    "SUMMARY_METRICS",
+    "TRIAL_METRICS",
+    "TRIAL_SCHEMA",
+    "trial_schema",
+]
+
+_log = logging.getLogger(__name__)
+_warned: set[str] = set()  # undeclared metrics already warned about
 
 TRIAL_SCHEMA = pa.schema(
     [
@@ -66,7 +80,48 @@ TRIAL_SCHEMA = pa.schema(
         ("rayspec_version", pa.string()),
     ]
 )
-"""Fixed columns; every entry of ``TrialResult.metrics`` adds a float64 column after them."""
+"""Fixed columns; the float64 metric columns of :func:`trial_schema` follow them."""
+
+# bench.summarize's keys: the objective scenario's unprefixed, each further scenario's as
+# ``<scenario>__<key>``.
+SUMMARY_METRICS: tuple[str, ...] = (
+    "tok_s_mean", "tok_s_std", "tok_s_cv", "tok_s_min", "tok_s_max", "tok_s_peak",
+    "tok_s_ci95_low", "tok_s_ci95_high", "accept_length",
+    *(f"{m}_{s}" for m in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+      for s in ("p50", "p90", "p99", "mean")),
+    "requests_ok", "requests_failed", "runs", "output_tokens",
+)  # fmt: skip
+
+TRIAL_METRICS: tuple[str, ...] = (
+    *SUMMARY_METRICS,
+    # the server's own view (tune/_trial.py)
+    "server_accept_length", "server_gen_throughput", "metrics_spec_accept_length",
+    "metrics_gen_throughput", "log_accept_len_mean", "log_gen_throughput_mean",
+    # the benchmark itself
+    "bench_s", "bench_s_saved", "client_cpu_frac_max", "client_bound_runs",
+    # against the baseline and the incumbent (tune/_decide.py comparison_metrics)
+    *(f"{who}_{s}" for who in ("vs_baseline", "vs_incumbent")
+      for s in ("ratio", "ci95_low", "ci95_high", "p", "significant")),
+    "incumbent_trial",
+    # the correctness gate
+    "gate_compared", "gate_diverged_early",
+)  # fmt: skip
+"""Every metric a trial row may carry (float64; absent = null). A metric not declared here is
+still stored, with a warning, but readers that take one file's schema (``pq.read_table(dir)``,
+DuckDB) miss it where the first file lacks it: declare new metrics here."""
+
+
+def trial_schema(scenarios: Sequence[str] = ()) -> pa.Schema:
+    """The one schema of every trial file of a study, so any reader sees every column.
+
+    Args:
+        scenarios: the scenarios after the first (the objective's), whose summary metrics are
+            stored as ``<scenario>__<metric>``.
+    """
+    fields = list(TRIAL_SCHEMA) + [pa.field(m, pa.float64()) for m in TRIAL_METRICS]
+    fields += [pa.field(f"{sc}__{m}", pa.float64()) for sc in scenarios for m in SUMMARY_METRICS]
+    return pa.schema(fields)
+
 
 REQUEST_SCHEMA = pa.schema(
     [
@@ -153,7 +208,12 @@ def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
 
 
-def trial_row(result: TrialResult, extra: Mapping[str, object] | None = None) -> pa.Table:
+def trial_row(
+    result: TrialResult,
+    extra: Mapping[str, object] | None = None,
+    scenarios: Sequence[str] = (),
+) -> pa.Table:
+    """One trial's row in :func:`trial_schema` (absent metrics are nulls)."""
     from rayspec import __version__
 
     launch = result.launch
@@ -197,12 +257,21 @@ def trial_row(result: TrialResult, extra: Mapping[str, object] | None = None) ->
         if key not in row:
             raise StoreError(f"unknown trial column {key!r}")
         row[key] = value
-    fields = list(TRIAL_SCHEMA)
+    schema = trial_schema(scenarios)
+    declared = set(schema.names)
+    fields = list(schema)
     for key in sorted(result.metrics):
         if key in row:
             raise StoreError(f"metric {key!r} collides with a fixed trial column")
         row[key] = _float(result.metrics[key])
-        fields.append(pa.field(key, pa.float64()))
+        if key not in declared:
+            if key not in _warned:
+                _warned.add(key)
+                _log.warning(
+                    "trial metric %r is not declared in rayspec/store/_parquet.py "
+                    "TRIAL_METRICS: stored, but readers of one file's schema may miss it", key
+                )
+            fields.append(pa.field(key, pa.float64()))
     return pa.Table.from_pylist([row], schema=pa.schema(fields))
 
 
@@ -216,8 +285,11 @@ class ParquetTrialStore(BaseTrialStore):
         store.load_trials().to_pylist()
     """
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, scenarios: Sequence[str] = ()) -> None:
+        """Args: root: the study folder; scenarios: the scenarios after the objective's (their
+        ``<scenario>__<metric>`` columns are in every row, see :func:`trial_schema`)."""
         self.root = root
+        self.scenarios = tuple(scenarios)
         self.trials_dir = os.path.join(root, "trials")
         self.requests_dir = os.path.join(root, "requests")
 
@@ -227,7 +299,7 @@ class ParquetTrialStore(BaseTrialStore):
             # Requests first: a trial row never points at request rows that do not exist.
             if result.requests:
                 _write_atomic(self.requests_dir, name, request_rows(result.trial, result.requests))
-            return _write_atomic(self.trials_dir, name, trial_row(result, extra))
+            return _write_atomic(self.trials_dir, name, trial_row(result, extra, self.scenarios))
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(
                 f"cannot write trial {result.trial} under {self.root}: {exc}"
@@ -235,7 +307,7 @@ class ParquetTrialStore(BaseTrialStore):
 
     def load_trials(self) -> pa.Table:
         try:
-            return _read_folder(self.trials_dir, TRIAL_SCHEMA)
+            return _read_folder(self.trials_dir, trial_schema(self.scenarios))
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read {self.trials_dir}: {exc}") from exc
 

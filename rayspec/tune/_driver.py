@@ -304,7 +304,7 @@ def run_study(
     """
     t0 = time.monotonic()
     space = SearchSpace.from_config(cfg.search)
-    store = ParquetTrialStore(cfg.out_dir)
+    store = ParquetTrialStore(cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]])
     handle = open_study(cfg, space)
     _recover(handle, store, printer)
     rows = store.load_trials().to_pylist()
