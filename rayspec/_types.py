@@ -6,6 +6,8 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 
+from rayspec._plural import plural
+
 
 class TrialState(str, enum.Enum):
     """A trial's outcome, with Optuna's names (stored verbatim in Parquet's ``state``)."""
@@ -63,8 +65,8 @@ class SpecSettings:
             text = f"{self.algorithm} adaptive steps (from {self.num_steps})"
         else:
             text = (
-                f"{self.algorithm} {self.num_steps} steps, topk {self.eagle_topk}, "
-                f"{self.num_draft_tokens} draft tokens"
+                f"{self.algorithm} {plural(self.num_steps, 'step')}, topk {self.eagle_topk}, "
+                f"{plural(self.num_draft_tokens, 'draft token')}"
             )
         return text if self.overlap else f"{text}, overlap off"
 

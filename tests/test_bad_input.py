@@ -135,6 +135,29 @@ def test_bad_input_is_refused(case, tmp_path, capsys, monkeypatch) -> None:
     assert started == []  # Ray was never started
 
 
+@pytest.mark.parametrize("where", ["proc", "under-a-file"])
+def test_an_output_dir_that_cannot_be_created_is_refused(where, tmp_path, capsys, monkeypatch):
+    """Refused in preflight, one line naming output.dir, before Ray starts."""
+    import ray
+
+    started: list[object] = []
+    monkeypatch.setattr(ray, "init", lambda *a, **k: started.append((a, k)))
+    if where == "proc":
+        if not os.path.isdir("/proc"):
+            pytest.skip("no /proc here")
+        out = "/proc/rayspec-runs"
+    else:
+        (tmp_path / "a-file").write_text("")
+        out = str(tmp_path / "a-file" / "runs")
+    path = write_experiment(str(tmp_path), twin_doc(out))
+    rc = main([path])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: output.dir: {out}/t cannot be created: ")
+    assert started == []
+    assert not os.path.exists(out)
+
+
 def test_unreadable_and_invalid_files(tmp_path, capsys) -> None:
     assert main([str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read the experiment file" in capsys.readouterr().err

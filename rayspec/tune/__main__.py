@@ -1,4 +1,5 @@
-"""``python -m rayspec.tune EXPERIMENT.yaml [dotted.key=value ...]``: run an experiment.
+"""``python -m rayspec.tune EXPERIMENT.yaml [MORE.yaml ...] [dotted.key=value ...]``: run an
+experiment.
 
 The only module that prints for the study or calls ``sys.exit``. Exit codes: 0 done, 2 bad
 input (nothing started), 1 an unexpected error, 130 interrupted (run it again to resume).
@@ -7,7 +8,9 @@ input (nothing started), 1 an unexpected error, 130 interrupted (run it again to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import shlex
 import signal
 import sys
 import time
@@ -18,19 +21,52 @@ from rayspec._config import ExperimentConfig
 from rayspec._config import load_config
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import RayspecError
+from rayspec._plural import plural
+
+
+def installed_command(name: str) -> str:
+    """A console script installed beside this interpreter, spelled so it runs as printed
+    without an activated venv: ``.venv/bin/optuna-dashboard`` (relative when under the current
+    folder), or the bare name when this interpreter has no such script beside it."""
+    path = os.path.join(os.path.dirname(sys.executable), name)
+    if not os.path.exists(path):
+        return name
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+def _prog() -> str:
+    """This command as the user can type it again: the running interpreter's path."""
+    python = installed_command("python")
+    return f"{python if os.sep in python else 'python'} -m rayspec.tune"
+
+
+USAGE = (
+    "{prog} [--dry-run | --print-config] EXPERIMENT.yaml [MORE.yaml ...] [dotted.key=value ...]"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
+    prog = _prog()
     p = argparse.ArgumentParser(
-        prog="python -m rayspec.tune",
-        description="Run an Optuna study over NCCL and EAGLE-3 settings with Ray actors; "
-        "store every trial in Parquet; end with the best configuration as a launch command.",
-        epilog="Example: python -m rayspec.tune experiments/eagle3-twin.yaml "
-        "study.max_restarts=40",
+        prog=prog,
+        usage=USAGE.format(prog=prog),
+        description="Run an Optuna study over NCCL and EAGLE-3 settings with Ray actors; store\n"
+        "every trial in Parquet; end with the best configuration as a launch command.",
+        epilog="examples:\n"
+        f"  {prog} experiments/eagle3-twin.yaml study.max_restarts=40\n"
+        f"  {prog} experiments/eagle3.yaml clusters/onprem-8gpu.yaml \\\n"
+        "      server.model_path=/models/target server.draft_model_path=/models/eagle3",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("experiment", help="the experiment YAML file")
     p.add_argument(
-        "overrides", nargs="*", metavar="key=value", help="dotted overrides merged over the file"
+        "experiment", nargs="?", metavar="EXPERIMENT.yaml", help="the experiment YAML file"
+    )
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="MORE.yaml | dotted.key=value",
+        help="more experiment files and dotted overrides, merged over the first file in order",
     )
     p.add_argument(
         "--dry-run",
@@ -56,7 +92,15 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.experiment is None:
+        parser.print_usage(sys.stderr)
+        return _error(
+            "no experiment file given: name one, e.g. experiments/eagle3-twin.yaml "
+            "(--help explains the rest)",
+            2,
+        )
     try:
         cfg = load_config(args.experiment, args.overrides)
         from rayspec.tune._preflight import preflight
@@ -67,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in warnings:
         print(f"warning: {line}", file=sys.stderr, flush=True)
     if args.print_config:
-        print(cfg.to_yaml(), end="")
+        # The storage as the study will use it (the schema's "" means "<out>/optuna.journal").
+        study = dataclasses.replace(cfg.study, storage=cfg.storage_url)
+        print(dataclasses.replace(cfg, study=study).to_yaml(), end="")
         return 0
     if args.dry_run:
         return _dry_run(cfg)
@@ -102,9 +148,17 @@ def _dry_run(cfg: ExperimentConfig) -> int:
     return 0
 
 
+def _more_hint(cfg: ExperimentConfig, idle: str) -> str:
+    """How to let a finished study go on."""
+    if idle.startswith("study.n_trials"):
+        return f"to go on, raise it (e.g. study.n_trials={(cfg.study.n_trials or 0) + 10})"
+    return f"to go on, raise the budget (e.g. study.max_restarts={cfg.study.max_restarts + 10})"
+
+
 def _run(cfg: ExperimentConfig) -> int:
     from rayspec.tune._cluster import connect
     from rayspec.tune._cluster import disconnect
+    from rayspec.tune._driver import idle_reason
     from rayspec.tune._driver import run_study
     from rayspec.tune._report import deploy_warnings
     from rayspec.tune._report import format_table
@@ -114,23 +168,28 @@ def _run(cfg: ExperimentConfig) -> int:
         _say("engine: twin — a SIMULATED SGLang node (rayspec.twin); numbers are the model's")
     else:
         _say(f"engine: sglang — real servers ({cfg.server.model_path})")
-    cluster = connect(cfg)
-    # ray.init installs its own SIGTERM handler (it aborts the process): ours goes on top, so
-    # SIGTERM stops the servers and exits 130 like Ctrl-C.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    _say(cluster.describe())
-    try:
-        outcome = run_study(cfg, printer=_say, slots=cluster.slots)
-    finally:
-        disconnect(cluster)
+    idle = idle_reason(cfg)  # decided before Ray starts: a finished study costs no cluster
+    if idle:
+        _say(f"nothing left to run: {idle}; {_more_hint(cfg, idle)}")
+        outcome = run_study(cfg, printer=_say)
+    else:
+        cluster = connect(cfg)
+        # ray.init installs its own SIGTERM handler (it aborts the process): ours goes on top,
+        # so SIGTERM stops the servers and exits 130 like Ctrl-C.
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        _say(cluster.describe())
+        try:
+            outcome = run_study(cfg, printer=_say, slots=cluster.slots)
+        finally:
+            disconnect(cluster)
     report = outcome.report
     print()
     if outcome.stopped:
         _say(f"stopped: {outcome.stopped}")
     print(
-        f"study {cfg.study.name}: {report.restarts} server restarts, {report.total} trials "
-        f"({report.failed} failed, {report.pruned} pruned, {report.reused} reused); this run "
-        f"added {outcome.ran} in {outcome.wall_s:.0f} s"
+        f"study {cfg.study.name}: {plural(report.restarts, 'server restart')}, "
+        f"{plural(report.total, 'trial')} ({report.failed} failed, {report.pruned} pruned, "
+        f"{report.reused} reused); this run added {outcome.ran} in {outcome.wall_s:.0f} s"
     )
     if report.best is None:
         _say(
@@ -141,7 +200,7 @@ def _run(cfg: ExperimentConfig) -> int:
     print(format_table(report))
     if outcome.pruned or report.pruned:
         print(
-            f"pruning: {report.pruned} trials stopped early, saving about "
+            f"pruning: {plural(report.pruned, 'trial')} stopped early, saving about "
             f"{report.bench_s_saved:.0f} s of benchmark time"
         )
     for scenario, row in report.best_per_scenario:
@@ -153,14 +212,18 @@ def _run(cfg: ExperimentConfig) -> int:
     if paths:
         best = report.best
         starts = f"{best.starts} server starts pooled" if best.starts > 1 else "one server start"
-        print(f"best: {best.label} ({best.tok_s_mean:.1f} tok/s, {starts}: trials "
-              f"{', '.join(str(t) for t in best.trials)})")
+        which = "trial" if len(best.trials) == 1 else "trials"
+        print(
+            f"best: {best.label} ({best.tok_s_mean:.1f} tok/s, {starts}: {which} "
+            f"{', '.join(str(t) for t in best.trials)})"
+        )
         for note in deploy_warnings(report.best):
             print(f"  warning: {note}")
         print(f"  launch it:  {paths[1]}")
         print(f"  details:    {paths[0]}")
     print(f"  trials:     {os.path.join(cfg.out_dir, 'trials')}/ (Parquet, one file per trial)")
-    print(f"  study:      optuna-dashboard {cfg.storage_url} --host 127.0.0.1 --port 8080")
+    dashboard = installed_command("optuna-dashboard")
+    print(f"  study:      {dashboard} {shlex.quote(cfg.storage_url)} --host 127.0.0.1 --port 8080")
     return 0
 
 

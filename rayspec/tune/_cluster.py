@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
+from rayspec._plural import plural
 
 __all__ = ["ClusterHandle", "connect", "disconnect"]
 
@@ -29,7 +30,8 @@ class ClusterHandle:
     def describe(self) -> str:
         where = "local Ray cluster" if self.local else f"Ray cluster at {self.address}"
         dash = f"; Ray dashboard: http://{self.dashboard_url}" if self.dashboard_url else ""
-        return f"{where}: {self.gpus:g} GPUs, {self.slots} trial(s) at once{dash}"
+        at_once = plural(self.slots, "trial")
+        return f"{where}: {plural(self.gpus, 'GPU')}, {at_once} at once{dash}"
 
 
 def _is_loopback(host: str) -> bool:

@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._config import Sampler
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
+from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import RequestRecord
 from rayspec._types import RunDecision
@@ -67,6 +69,7 @@ from rayspec.tune._report import build_report
 from rayspec.tune._report import candidate_from_row
 from rayspec.tune._report import launched
 from rayspec.tune._report import observations_from_rows
+from rayspec.tune._screen import load_equivalence
 from rayspec.tune._screen import run_screen
 from rayspec.tune._screen import token_bytes
 from rayspec.tune._trial import LIVE_ACTORS
@@ -75,7 +78,7 @@ from rayspec.tune._trial import failed_result
 from rayspec.tune._trial import objective_scenario
 from rayspec.tune._trial import run_trial
 
-__all__ = ["StudyOutcome", "run_study"]
+__all__ = ["StudyOutcome", "idle_reason", "run_study"]
 
 _log = logging.getLogger(__name__)
 
@@ -163,7 +166,7 @@ class _Progress:
                 what += f", accept len {acc:.2f}"
             runs = result.metrics.get("runs")
             if runs is not None and runs == runs:
-                what += f", {int(runs)} runs"
+                what += f", {plural(int(runs), 'run')}"
         elif result.state is TrialState.PRUNED:
             mean = result.metrics.get("tok_s_mean", math.nan)
             what = f"pruned at {mean:.1f} tok/s ({result.failure_detail})"
@@ -284,6 +287,25 @@ class _Budget:
         return ""
 
 
+def idle_reason(cfg: ExperimentConfig) -> str:
+    """Why a stored study has nothing left to run ("" when it has, or when it is new).
+
+    Read from the study folder alone (Optuna storage and Parquet), so the CLI can say so
+    without starting Ray. A study with a trial left running by a killed driver is never idle
+    here: recovering it is the full run's job.
+    """
+    url = cfg.storage_url
+    if "://" not in url and not os.path.exists(url):
+        return ""
+    if not os.path.isdir(os.path.join(cfg.out_dir, "trials")):
+        return ""
+    handle = open_study(cfg, SearchSpace.from_config(cfg.search))
+    if handle.running():
+        return ""
+    rows = ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()
+    return _Budget(cfg, rows, len(handle.finished())).why_not(0)
+
+
 def run_study(
     cfg: ExperimentConfig,
     *,
@@ -313,8 +335,19 @@ def run_study(
     budget = _Budget(cfg, rows, done_before)
     if done_before:
         printer(
-            f"resuming study {cfg.study.name}: {done_before} trials done, "
+            f"resuming study {cfg.study.name}: {plural(done_before, 'trial')} done, "
             f"{budget.restarts} of {budget.max_restarts} restarts used"
+        )
+    idle = budget.why_not(0)
+    if idle:
+        # Nothing may start: no screen, no Ray; the report as it stands.
+        final = build_report(
+            rows, roles, start_noise=cfg.study.start_noise, margin=cfg.study.pick_margin,
+            equivalent=load_equivalence(cfg.out_dir)
+            if cfg.study.sampler is Sampler.structured else None,
+        )  # fmt: skip
+        return StudyOutcome(
+            final, 0, done_before, time.monotonic() - t0, restarts=budget.restarts, stopped=idle
         )
     strategy: StructuredSearch | None = None
     if cfg.study.sampler is Sampler.structured:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
+import tempfile
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
@@ -16,7 +18,7 @@ from rayspec.tune._node import check_nccl_values
 from rayspec.tune._node import check_node
 from rayspec.tune._node import default_probes
 
-__all__ = ["check_port_free", "planned_local_slots", "preflight"]
+__all__ = ["check_output_dir", "check_port_free", "planned_local_slots", "preflight"]
 
 
 def planned_local_slots(cfg: ExperimentConfig) -> int:
@@ -38,6 +40,45 @@ def check_port_free(host: str, port: int) -> None:
             raise ConfigError(
                 f"server.host: cannot listen on {host}:{port} ({exc.strerror})"
             ) from None
+
+
+def _writable_folder(path: str) -> str:
+    """Why ``path`` cannot hold a study's files ("" when it can): its nearest existing folder
+    must take a new entry. A probe folder is made there and removed again, so nothing stays
+    behind and a refusal by the file system itself (``/proc``, a read-only mount, root on
+    a folder ``os.access`` calls writable) is caught, not guessed."""
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    if not os.path.isdir(folder):
+        return f"{folder} is not a folder"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rayspec-probe-", dir=folder))
+    except OSError as exc:
+        return f"cannot create folders in {folder} ({exc.strerror or exc})"
+    return ""
+
+
+def check_output_dir(cfg: ExperimentConfig) -> None:
+    """The study folder (and a journal storage elsewhere) can be created and written.
+
+    Raises:
+        ConfigError: one line naming ``output.dir`` (or ``study.storage``).
+    """
+    why = _writable_folder(cfg.out_dir)
+    if why:
+        raise ConfigError(
+            f"output.dir: {cfg.out_dir} cannot be created: {why}; choose a writable folder "
+            "with output.dir=..."
+        )
+    url = cfg.storage_url
+    if "://" not in url:
+        why = _writable_folder(os.path.dirname(os.path.abspath(url)))
+        if why:
+            raise ConfigError(f"study.storage: {url} cannot be created: {why}")
 
 
 def preflight(
@@ -66,6 +107,8 @@ def preflight(
             load_profile(cfg.server.twin.profile)
         except (ValueError, OSError) as exc:
             raise ConfigError(f"server.twin.profile: {exc}") from None
+    if launching:
+        check_output_dir(cfg)
     local = not cfg.cluster.address
     if local and launching:
         for slot in range(planned_local_slots(cfg)):

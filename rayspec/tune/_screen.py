@@ -16,6 +16,7 @@ from collections.abc import Callable
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
+from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec.screen import BaseNcclScreen
 from rayspec.screen import RayNcclScreen
@@ -145,7 +146,7 @@ def run_screen(
             with open(path, encoding="utf-8") as fh:
                 saved, stored = ScreenReport.from_json(fh.read())
             if stored == fingerprint:
-                printer(f"NCCL screen: {len(saved.results)} sets, from {path}")
+                printer(f"NCCL screen: {plural(len(saved.results), 'set')}, from {path}")
                 return saved
         except (OSError, ValueError):
             pass  # measure again
@@ -182,12 +183,15 @@ def run_screen(
 
 def _summary(report: ScreenReport, elapsed_s: float, sizes: list[int]) -> str:
     failed = report.failed()
-    line = f"NCCL screen: {len(report.results)} sets in {elapsed_s:.1f} s ({report.source})"
+    line = (
+        f"NCCL screen: {plural(len(report.results), 'set')} in {elapsed_s:.1f} s "
+        f"({report.source})"
+    )
     if report.classes:
         best = report.classes[0]
         line += (
             f"; fastest: {best.label()}, {best.latency_at(sizes[0]):.1f} µs at "
-            f"{sizes[0] / 1024:.0f} KiB ({len(best.members)} equivalent sets)"
+            f"{sizes[0] / 1024:.0f} KiB ({plural(len(best.members), 'equivalent set')})"
         )
     if failed:
         line += f"; {len(failed)} failed or hung, never launched"

@@ -65,9 +65,14 @@ class _LiveActors:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._actors: dict[int, list[Any]] = {}
+        # Set by kill_all (the driver stops): a trial thread that then finds its actors dead
+        # knows why, and says nothing of it (Ray's "actor died ... ray.kill" text is noise to
+        # a user who pressed Ctrl-C). Cleared when a new trial adds its actors.
+        self.stopping = False
 
     def add(self, trial: int, actor: Any) -> None:
         with self._lock:
+            self.stopping = False
             self._actors.setdefault(trial, []).append(actor)
 
     def drop(self, trial: int) -> None:
@@ -76,6 +81,7 @@ class _LiveActors:
 
     def kill_all(self) -> int:
         with self._lock:
+            self.stopping = True
             actors = [a for group in self._actors.values() for a in group]
             self._actors.clear()
         for actor in actors:
@@ -457,6 +463,13 @@ def _stop(server: Any, timeout_s: float) -> None:
     try:
         ray.get(server.stop.remote(), timeout=timeout_s + 10)
     except (ray.exceptions.RayError, TimeoutError) as exc:
-        _log.warning("server stop did not confirm (%s); killing the actor", exc)
+        if LIVE_ACTORS.stopping:  # the driver killed it: nothing to report
+            _log.debug("server actor already stopped by the driver: %s", exc)
+        else:
+            first = _message(exc).strip().splitlines()
+            _log.warning(
+                "server stop did not confirm (%s); killing the actor",
+                first[0] if first else type(exc).__name__,
+            )
     finally:
         ray.kill(server)
