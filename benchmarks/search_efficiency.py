@@ -68,14 +68,24 @@ from rayspec.twin import resolve_nccl  # noqa: E402
 EXPERIMENT = os.path.join(ROOT, "experiments", "eagle3-twin.yaml")
 FULL_SPACE = os.path.join(HERE, "spaces", "full-field.yaml")
 FIELD_PROTOCOL = ["bench.warmup=1", "bench.repeats=5", "bench.max_tokens=500"]
+MODES = [
+    "search.speculative.modes=[off,EAGLE3,EAGLE3-adaptive]",
+    "search.speculative.overlap=[on,off]",
+]
 CASES: dict[str, list[str]] = {
     "field/quick": [*FIELD_PROTOCOL],
     "field/full": [FULL_SPACE, *FIELD_PROTOCOL],
     "nvlink/quick": [*FIELD_PROTOCOL, "server.twin.profile=h200-nvlink-tp8-dense"],
     "nvlink/full": [FULL_SPACE, *FIELD_PROTOCOL, "server.twin.profile=h200-nvlink-tp8-dense"],
     "weak/quick": [*FIELD_PROTOCOL, "server.twin.profile=kimi-k2.5-tp8-pcie-weak-drafter"],
+    # SGLang's newer modes in the space: adaptive steps (one point) and the overlap scheduler
+    # off for chains. Two more restarts' worth of questions; the optimum is still a static one.
+    "field/modes": [*FIELD_PROTOCOL, *MODES],
+    "nvlink/modes": [*FIELD_PROTOCOL, *MODES, "server.twin.profile=h200-nvlink-tp8-dense"],
     "weak/full": [
-        FULL_SPACE, *FIELD_PROTOCOL, "server.twin.profile=kimi-k2.5-tp8-pcie-weak-drafter"
+        FULL_SPACE,
+        *FIELD_PROTOCOL,
+        "server.twin.profile=kimi-k2.5-tp8-pcie-weak-drafter",
     ],
 }
 PICKS_AT = (10, 15, 30, 40)

@@ -25,12 +25,15 @@ nothing is left that could change the answer.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from collections.abc import Collection
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from rayspec._config import ADAPTIVE_SUFFIX
 from rayspec._config import SPEC_OFF
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
@@ -48,8 +51,12 @@ from rayspec.search._posterior import Start
 from rayspec.search._posterior import estimate
 from rayspec.search._posterior import prob_better
 from rayspec.search._space import FLAG_OFF
+from rayspec.search._space import FLAG_ON
+from rayspec.search._space import P_MODE
+from rayspec.search._space import P_OVERLAP
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
+from rayspec.search._space import is_adaptive
 
 __all__ = ["Proposal", "StructuredSearch"]
 
@@ -128,8 +135,12 @@ class StructuredSearch:
         self.max_starts = max_starts
         self.confident = confident
         self.contend = contend
-        algos = [m for m in space.modes if m != SPEC_OFF]
+        algos = [m for m in space.modes if m != SPEC_OFF and not is_adaptive(m)]
         self.algorithm = algos[0] if algos else None
+        # SGLang's adaptive steps: one point each (topk 1, its own start).
+        self.adaptive_modes = [m for m in space.modes if is_adaptive(m)]
+        # A chain's overlap scheduler: on unless only "off" is declared.
+        self.overlap = FLAG_ON in space.overlap
         self.steps = sorted(space.num_steps)
         self.topks = sorted(space.eagle_topk)
         self.budgets = sorted(space.num_draft_tokens)
@@ -241,6 +252,7 @@ class StructuredSearch:
             self._chains,
             self._trees,
             self._no_speculation,
+            self._modes,
             self._improve,
             self._flags,
         )
@@ -253,9 +265,12 @@ class StructuredSearch:
                 return proposal
         return None
 
-    def _spec(self, k: int, m: int, n: int) -> SpecSettings:
+    def _spec(self, k: int, m: int, n: int, overlap: bool | None = None) -> SpecSettings:
         assert self.algorithm is not None
-        return SpecSettings(self.algorithm, k, m, k + 1 if m == 1 else n)
+        if m > 1:
+            return SpecSettings(self.algorithm, k, m, n)
+        overlap = self.overlap if overlap is None else overlap
+        return SpecSettings(self.algorithm, k, 1, k + 1, overlap=overlap)
 
     def _best_chain(self, view: _View) -> int | None:
         if self.algorithm is None or 1 not in self.topks:
@@ -300,6 +315,31 @@ class StructuredSearch:
             return None
         return Proposal(self.candidate(None, view), "no speculation with the screened NCCL set")
 
+    def _modes(self, view: _View) -> Proposal | None:
+        """SGLang's adaptive steps, then the best chain with the overlap scheduler toggled.
+
+        Each is one measurement that answers a question of its own (adaptive or a tuned static
+        configuration; does the overlap scheduler pay here); the rest of the way around them
+        is the improvement stage's, through :meth:`_neighbours`.
+        """
+        for mode in self.adaptive_modes:
+            params: dict[str, Any] = {P_MODE: mode}
+            if self.space.overlap_searched:
+                params[P_OVERLAP] = FLAG_ON if self.overlap else FLAG_OFF
+            spec = self.space.candidate(params).spec
+            if spec is not None and not self._tried(spec, view):
+                return Proposal(self.candidate(spec, view), f"SGLang's adaptive steps ({mode})")
+        k = self._best_chain(view)
+        if k is None or not self.space.overlap_searched:
+            return None
+        toggled = self._spec(k, 1, k + 1, overlap=not self.overlap)
+        if self._tried(toggled, view):
+            return None
+        state = "on" if toggled.overlap else "off"
+        return Proposal(
+            self.candidate(toggled, view), f"the best chain ({k} steps) with overlap {state}"
+        )
+
     def _tree_shape(self, view: _View) -> tuple[int, int] | None:
         trees = [m for m in self.topks if m > 1]
         if self.algorithm is None or not trees:
@@ -333,14 +373,18 @@ class StructuredSearch:
         return max(complete, key=lambda p: p.estimate.log_mean) if complete else None
 
     def _neighbours(self, spec: SpecSettings) -> list[SpecSettings]:
-        """Settings one step away on each axis (steps, topk, draft tokens), if possible."""
+        """Settings one step away on each axis (steps, topk, draft tokens, overlap)."""
         k, m, n = spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
         out: list[SpecSettings] = []
+        if m == 1 and self.space.overlap_searched:
+            out.append(dataclasses.replace(spec, overlap=not spec.overlap))
+        if spec.adaptive:  # one point: only its overlap scheduler can move
+            return [s for s in out if self._in_space(s)]
         for kb in _adjacent(self.steps, k):
-            out.append(self._spec(kb, m, n))
+            out.append(self._spec(kb, m, n, overlap=spec.overlap))
         for mb in _adjacent(self.topks, m):
             if mb == 1 or m > 1:
-                out.append(self._spec(k, mb, n))
+                out.append(self._spec(k, mb, n, overlap=spec.overlap))
             else:  # from a chain to a tree: the budget nearest the chain's verify width
                 budget = min(self.budgets, key=lambda b: (abs(b - (k + 1)), b))
                 out.append(self._spec(k, mb, budget))
@@ -351,6 +395,13 @@ class StructuredSearch:
 
     def _in_space(self, spec: SpecSettings) -> bool:
         """Whether the space can express ``spec`` (a chain's forced budget needs no choice)."""
+        if (
+            spec.eagle_topk == 1
+            and (FLAG_ON if spec.overlap else FLAG_OFF) not in self.space.overlap
+        ):
+            return False
+        if spec.adaptive:
+            return spec.algorithm + ADAPTIVE_SUFFIX in self.adaptive_modes
         return (
             spec.num_steps in self.steps
             and spec.eagle_topk in self.topks
@@ -402,6 +453,8 @@ class StructuredSearch:
                 predicted = view.evidence.predict(cand)
                 prob = 0.5 if predicted is None else prob_better(predicted, inc.estimate)
                 what = f"{nb.num_steps} steps, topk {nb.eagle_topk}, {nb.num_draft_tokens} tokens"
+                what += "" if nb.overlap else ", overlap off"
+                what = nb.label() if nb.adaptive else what
                 options.append((prob, Proposal(cand, f"explore next to the best: {what}"), None))
         best = max(options, key=lambda t: t[0], default=None)
         if best is not None and best[0] >= self.contend:

@@ -201,6 +201,13 @@ def build_parser(version: tuple[int, int, int] = (0, 5, 23)) -> argparse.Argumen
     g.add_argument("--speculative-attention-mode", choices=["prefill", "decode"],
                    default="prefill", help="Reported only.")
     g.add_argument("--speculative-draft-attention-backend", default=None, help="Reported only.")
+    if version >= (0, 5, 23):
+        g.add_argument("--speculative-adaptive", action="store_true",
+                       help="Adaptive steps per batch-size tier (EAGLE/EAGLE3, topk 1); the "
+                       "controller is SGLang's, the cost of each step the twin's [est] model.")
+        g.add_argument("--speculative-adaptive-config", default=None,
+                       help="JSON tiers {\"<batch size>\": {\"candidate_steps\": [...]}} "
+                       "(default: SGLang's).")
 
     g = parser.add_argument_group("streaming, logging and metrics (SGLang)")
     g.add_argument("--log-level", default="info",

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rayspec._types import SpecSettings
+from rayspec.twin._adaptive import AdaptiveSteps
 from rayspec.twin._errors import DraftTreeError
 from rayspec.twin._errors import NcclError
 from rayspec.twin._log import SglangLog
@@ -100,7 +101,9 @@ class GenRequest:
         if version < (0, 5, 0):
             return fields
         fields["spec_accept_length"] = self.output_tokens / ct if ct else 0.0
-        if version >= (0, 5, 23):  # correct drafts / (cycles * (N - 1))
+        if spec.adaptive:  # N changed with the steps: the drafts actually proposed
+            denom = self.proposed_drafts
+        elif version >= (0, 5, 23):  # correct drafts / (cycles * (N - 1))
             denom = ct * (spec.num_draft_tokens - 1)
         else:  # 0.5.5: accepted drafts / (cycles * steps)
             denom = ct * spec.num_steps
@@ -161,6 +164,8 @@ class Engine:
         realtime: sleep until each deadline; False runs the schedule without waiting.
         metrics: Prometheus registry to update, if any.
         on_fatal: called with the exception when the scheduler "crashes" (draft tree).
+        adaptive: SGLang's adaptive steps controller (``--speculative-adaptive``): each decode
+            batch drafts the steps its batch-size tier holds.
         clock, sleep: the monotonic clock and the sleep function (injectable for tests).
     """
 
@@ -183,8 +188,11 @@ class Engine:
         on_fatal: Callable[[BaseException], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        adaptive: AdaptiveSteps | None = None,
     ) -> None:
         self.model = model
+        self.adaptive = adaptive
+        self._step_models: dict[int, PerfModel] = {}
         self.spec = model.spec
         self.noise = noise
         self.log = log
@@ -284,13 +292,30 @@ class Engine:
             time_factor=noise.time_factor,
             rng=random.Random(self.seed * 1_000_003 + index),
             arrival_s=self._now(),
-            histogram=[0] * (self.spec.num_draft_tokens if self.spec else 1),
+            histogram=[0] * self._histogram_size(),
         )
         self._waiting.append(req)
         self.stats.requests += 1
         self.stats.prompt_tokens += prompt_tokens
         self._wake.set()
         return req
+
+    def _histogram_size(self) -> int:
+        if self.spec is None:
+            return 1
+        if self.adaptive is not None:
+            return max(self.adaptive.candidate_steps) + 1
+        return self.spec.num_draft_tokens
+
+    def _model_for(self, batch: int) -> PerfModel:
+        """The model of this decode batch: the adaptive tier's current steps, else the start's."""
+        if self.adaptive is None:
+            return self.model
+        steps = self.adaptive.steps_for(batch)
+        model = self._step_models.get(steps)
+        if model is None:
+            model = self._step_models[steps] = self.model.with_steps(steps)
+        return model
 
     def abort(self, req: GenRequest) -> None:
         """Drop a request whose client went away."""
@@ -439,8 +464,9 @@ class Engine:
         batch = len(running)
         ctx = sum(r.ctx for r in running) / batch
         time_factor = sum(r.time_factor for r in running) / batch
+        model = self._model_for(batch)
         try:
-            step_ms = self.model.step_ms(batch, ctx)
+            step_ms = model.step_ms(batch, ctx)
         except (DraftTreeError, NcclError) as exc:  # the scheduler process dies
             self.freeze(dead=True)
             if self.on_fatal is not None:
@@ -448,13 +474,15 @@ class Engine:
             return
         duration_s = step_ms * time_factor * self.noise.start_factor / 1000.0
         # Draw the cycle outcomes now (the schedule is fixed before sleeping).
-        draws = [self.model.sample_cycle_tokens(r.rng, r.mult) for r in running]
+        draws = [model.sample_cycle_tokens(r.rng, r.mult) for r in running]
         self._clock += duration_s
         await self._sleep_until(self._clock)
         if self._frozen.is_set():
             return
         now = self._now()
         spec = self.spec
+        drafted = model.spec.num_draft_tokens - 1 if model.spec is not None else 0
+        correct_per_request: list[int] = []
         window = self._window
         window.iterations += 1
         window.busy_s += duration_s
@@ -471,16 +499,25 @@ class Engine:
             window.tokens += given
             if spec is not None:
                 correct = max(0, given - 1)
+                correct_per_request.append(correct)
                 req.verify_ct += 1
                 req.correct_drafts += correct
-                req.proposed_drafts += spec.num_draft_tokens - 1
+                req.proposed_drafts += drafted
                 req.histogram[min(correct, len(req.histogram) - 1)] += 1
                 window.forwards += 1
                 window.correct += correct
-                window.proposed += spec.num_draft_tokens - 1
+                window.proposed += drafted
                 self.stats.spec_tokens += given
                 self.stats.spec_forwards += 1
                 self.stats.verify_calls += 1
+        if self.adaptive is not None:
+            old = self.adaptive.steps_for(batch)
+            new = self.adaptive.on_verify(correct_per_request, batch)
+            if new is not None:
+                self.log.scheduler(
+                    f"Adaptive spec params updated: steps {old} -> {new} "
+                    f"(ema_accept_len={self.adaptive.ema_for(batch):.2f})"
+                )
         if self._decode_iterations % self.decode_log_interval == 0:
             self._log_window(batch)
         self._check_token_limit()

@@ -165,6 +165,16 @@ class PerfModel:
         self._trees: collections.OrderedDict[float, DraftTree] = collections.OrderedDict()
         self._trees_lock = threading.Lock()
 
+    def with_steps(self, steps: int) -> PerfModel:
+        """The same start drafting a ``steps`` chain (0: plain decoding): adaptive steps."""
+        spec = self._require_spec()
+        if steps == 0:
+            return PerfModel(self.profile, self.nccl, None)
+        chain = dataclasses.replace(
+            spec, num_steps=steps, eagle_topk=1, num_draft_tokens=steps + 1, adaptive=False
+        )
+        return PerfModel(self.profile, self.nccl, chain)
+
     # ---------------------------------------------------------------- forward pass (§5)
 
     def expected_experts(self, tokens: int) -> float:
@@ -218,7 +228,7 @@ class PerfModel:
         spec = self._require_spec()
         return (
             self.forward_ms(batch * spec.num_draft_tokens, batch, ctx)
-            + self.profile.speculative.F_spec_ms
+            + self.profile.speculative.f_spec_ms(spec.overlap or spec.eagle_topk > 1)
         )
 
     def draft_ms(self, batch: int = 1) -> float:

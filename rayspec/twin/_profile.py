@@ -189,12 +189,23 @@ class ForwardProfile:
 
 @dataclasses.dataclass(frozen=True)
 class SpeculativeProfile:
-    """EAGLE-3 verify and draft overheads (§6.4, §6.5)."""
+    """EAGLE-3 verify and draft overheads (§6.4, §6.5).
+
+    ``F_spec_no_overlap_ms``: F_spec with the speculative overlap scheduler off (topk 1,
+    ``--disable-overlap-schedule``): the scheduler's CPU work is no longer hidden behind the
+    GPU's. [est] everywhere: no field measurement; absent, it equals ``F_spec_ms``.
+    """
 
     F_spec_ms: float
     D0_ms: float
     d_step_ms: float
     draft_collectives_per_step: int
+    F_spec_no_overlap_ms: float | None = None
+
+    def f_spec_ms(self, overlap: bool) -> float:
+        if overlap or self.F_spec_no_overlap_ms is None:
+            return self.F_spec_ms
+        return self.F_spec_no_overlap_ms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -609,6 +620,9 @@ def _speculative(node: _Node) -> SpeculativeProfile:
         D0_ms=node.get_float("D0_ms"),
         d_step_ms=node.get_float("d_step_ms"),
         draft_collectives_per_step=node.get_int("draft_collectives_per_step"),
+        F_spec_no_overlap_ms=(
+            node.get_float("F_spec_no_overlap_ms") if node.has("F_spec_no_overlap_ms") else None
+        ),
     )
     node.done()
     return out

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from rayspec._types import SpecSettings
+from rayspec.twin._adaptive import candidate_steps
+from rayspec.twin._adaptive import load_tiers
 
 # Algorithms SGLang 0.5.23 knows (spec_info.py), and those the twin can simulate.
 KNOWN_ALGORITHMS = (
@@ -32,6 +34,9 @@ SIMULATED_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
 TOPK1_WARNING = (
     "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
     "speculative_eagle_topk == 1"
+)
+NON_OVERLAP_WARNING = (
+    "Non-overlap (synchronous) spec v2 is used for eagle/eagle3/standalone speculative decoding."
 )
 MAX_RUNNING_WARNING = (
     "Max running requests is reset to 48 for speculative decoding. You can override this by "
@@ -70,6 +75,8 @@ class Resolution:
         warnings: log lines SGLang prints while resolving, in order.
         tree_error: set when the draft budget exceeds the tree (fails at the first decode).
         env_updates: SGLang's own environment writes (§3.4), applied before NCCL is read.
+        adaptive_tiers: the adaptive steps' tiers (batch size -> settings) when
+            ``spec.adaptive``; None otherwise.
     """
 
     args: Mapping[str, Any]
@@ -77,6 +84,7 @@ class Resolution:
     warnings: tuple[str, ...]
     tree_error: str | None
     env_updates: Mapping[str, str]
+    adaptive_tiers: Mapping[int, Mapping[str, Any]] | None = None
 
     @property
     def max_running_requests(self) -> int:
@@ -192,6 +200,7 @@ def resolve_server_args(
     # 3. speculative decoding.
     spec: SpecSettings | None = None
     tree_error: str | None = None
+    adaptive_tiers: dict[int, dict[str, Any]] | None = None
     if ns.speculative_algorithm is None:
         if ns.max_running_requests is None:
             args["max_running_requests"] = DEFAULT_MAX_RUNNING_NO_SPEC
@@ -208,6 +217,26 @@ def resolve_server_args(
         steps = ns.speculative_num_steps
         topk = ns.speculative_eagle_topk
         ndt = ns.speculative_num_draft_tokens
+        if getattr(ns, "speculative_adaptive", False):
+            # Before the eagle-family rules, as in speculative_hook.py (:261-264, :1374-1427).
+            reason = _adaptive_unsupported(algo, topk)
+            if reason is not None:
+                warnings.append(
+                    f"speculative_adaptive disabled: {reason}. "
+                    "Falling back to static speculative params."
+                )
+            else:
+                tiers = load_tiers(ns.speculative_adaptive_config)
+                union = candidate_steps(tiers)
+                topk = 1 if topk is None else topk
+                steps = union[len(union) // 2] if steps is None else steps
+                if steps not in union:
+                    raise ValueError(
+                        f"--speculative-num-steps={steps} is not in the adaptive config "
+                        f"candidate_steps {union}. Pass one of those values."
+                    )
+                ndt = steps + 1
+                adaptive_tiers = tiers
         if steps is None:
             if topk is not None or ndt is not None:
                 raise AssertionError  # SGLang's bare assert (rule 6); explicit so -O keeps it
@@ -232,7 +261,14 @@ def resolve_server_args(
         args["speculative_num_steps"] = steps
         args["speculative_eagle_topk"] = topk
         args["speculative_num_draft_tokens"] = ndt
-        spec = SpecSettings(algo, steps, topk, ndt)
+        # The speculative overlap scheduler exists for topk 1 only (§4.2 rule 3): off with
+        # --disable-overlap-schedule, or SGLANG_ENABLE_SPEC_V2=False before 0.5.18.
+        overlap = topk > 1 or not _overlap_disabled(ns, env or {}, version)
+        if not overlap and version >= (0, 5, 23):
+            warnings.append(NON_OVERLAP_WARNING)
+        spec = SpecSettings(
+            algo, steps, topk, ndt, adaptive=adaptive_tiers is not None, overlap=overlap
+        )
         if not spec.fits_tree:
             tree_error = "selected index k out of range"
         if algo not in SIMULATED_ALGORITHMS:
@@ -248,4 +284,24 @@ def resolve_server_args(
         warnings=tuple(warnings),
         tree_error=tree_error,
         env_updates=env_updates,
+        adaptive_tiers=adaptive_tiers,
     )
+
+
+def _adaptive_unsupported(algo: str, topk: int | None) -> str | None:
+    """Why SGLang turns ``--speculative-adaptive`` off (adaptive_unsupported_reason)."""
+    if algo not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
+    if topk is not None and topk != 1:
+        return f"speculative_eagle_topk={topk} (only topk=1 is supported)"
+    return None
+
+
+def _overlap_disabled(
+    ns: argparse.Namespace, env: Mapping[str, str], version: tuple[int, int, int]
+) -> bool:
+    if ns.disable_overlap_schedule:
+        return True
+    if (0, 5, 5) <= version < (0, 5, 18):
+        return env.get("SGLANG_ENABLE_SPEC_V2", "").lower() in ("0", "false")
+    return False

@@ -25,6 +25,7 @@ import random
 from collections.abc import Mapping
 from collections.abc import Sequence
 
+from rayspec.twin._adaptive import AdaptiveSteps
 from rayspec.twin._args import parse_args
 from rayspec.twin._errors import NcclError
 from rayspec.twin._errors import NcclInitError
@@ -133,11 +134,25 @@ class SimulatedServer:
             self.profile.noise, random.Random(self.seed), speculative=self.spec is not None
         )
         self._index = 0
-        base = self.model.step_ms(1, 0.0)
-        self._step_at0 = base
-        self._step_slope = (self.model.step_ms(1, _CTX_PROBE) - base) / _CTX_PROBE
+        self.adaptive = (
+            AdaptiveSteps(self.spec.num_steps, res.adaptive_tiers)
+            if self.spec is not None and res.adaptive_tiers is not None
+            else None
+        )
+        self._costs: dict[int, tuple[PerfModel, float, float]] = {}
         if not ns.skip_server_warmup:
             self.generate(_WARMUP_PROMPT_TOKENS, _WARMUP_TOKENS)
+
+    def _cost(self) -> tuple[PerfModel, float, float]:
+        """The model of the next cycle (adaptive: its tier's steps), its cost at ctx 0, slope."""
+        steps = self.adaptive.steps_for(1) if self.adaptive is not None else -1
+        cost = self._costs.get(steps)
+        if cost is None:
+            model = self.model if steps < 0 else self.model.with_steps(steps)
+            base = model.step_ms(1, 0.0)
+            slope = (model.step_ms(1, _CTX_PROBE) - base) / _CTX_PROBE
+            cost = self._costs[steps] = (model, base, slope)
+        return cost
 
     def generate(
         self, prompt_tokens: int, max_new_tokens: int, prompt: str | None = None
@@ -156,16 +171,21 @@ class SimulatedServer:
         cycles = 0
         spec = self.spec
         hist = [0] * (spec.num_draft_tokens if spec is not None else 1)
+        if self.adaptive is not None:
+            hist = [0] * (max(self.adaptive.candidate_steps) + 1)
         per_cycle = draw.time_factor * start
         while out < max_new_tokens:
             ctx = prompt_tokens + out
-            elapsed += (self._step_at0 + self._step_slope * ctx) * per_cycle
-            drawn = self.model.sample_cycle_tokens(rng, draw.mult)
+            model, at0, slope = self._cost()
+            elapsed += (at0 + slope * ctx) * per_cycle
+            drawn = model.sample_cycle_tokens(rng, draw.mult)
             given = min(drawn, max_new_tokens - out)
             out += given
             if spec is not None:
                 cycles += 1
                 hist[min(max(0, given - 1), len(hist) - 1)] += 1
+            if self.adaptive is not None:
+                self.adaptive.on_verify([max(0, given - 1)], 1)
         ids: tuple[int, ...] | None = None
         if prompt is not None:
             text = completion_ids(self.text_seed, prompt, out)

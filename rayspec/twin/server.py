@@ -37,6 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
+from rayspec.twin._adaptive import AdaptiveSteps
 from rayspec.twin._app import ServerState
 from rayspec.twin._app import TwinServer
 from rayspec.twin._args import parse_args
@@ -430,6 +431,11 @@ class _Startup:
             realtime=ns.twin_realtime,
             metrics=server.metrics,
             on_fatal=self._on_fatal,
+            adaptive=(
+                AdaptiveSteps(res.spec.num_steps, res.adaptive_tiers)
+                if res.spec is not None and res.adaptive_tiers is not None
+                else None
+            ),
         )
         if self.faults.draft_layers is not None:
             engine.accept_scale = self.faults.draft_layers
@@ -482,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         resolution = resolve_server_args(
             ns, architecture=profile.model.architecture, env=dict(os.environ)
         )
-    except (ValueError, AssertionError, TypeError, NotImplementedError):
+    except (ValueError, AssertionError, TypeError, NotImplementedError, OSError):
         traceback.print_exc()  # SGLang: a traceback before any startup log, exit 1
         return 1
     return asyncio.run(_Startup(ns, profile, resolution, faults, argv).run())

@@ -41,6 +41,8 @@ FIELDS = (
     "speculative_num_steps",
     "speculative_eagle_topk",
     "speculative_num_draft_tokens",
+    "speculative_adaptive",
+    "disable_overlap_schedule",
     "max_running_requests",
     "cuda_graph_max_bs_decode",
     "attention_backend",

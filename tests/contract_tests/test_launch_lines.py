@@ -48,7 +48,8 @@ TUNED_NCCL = tuple(sorted(FIELD_TUNED_NCCL.items()))
 # The search choices the space-built candidates ask for (the experiment's own lists may
 # change; what is checked here is what rayspec makes of such a choice).
 SPACE_OVERRIDES = [
-    "search.speculative.modes=[off,EAGLE3]",
+    "search.speculative.modes=[off,EAGLE3,EAGLE3-adaptive]",
+    "search.speculative.overlap=[on,off]",
     "search.speculative.num_steps=[2]",
     "search.speculative.eagle_topk=[1,4]",
     "search.speculative.num_draft_tokens=[3,6,8]",
@@ -79,6 +80,10 @@ KINDS: dict[str, tuple[Callable[[ExperimentConfig], Candidate], list[str]]] = {
         lambda cfg: _space_candidate(cfg, {"flags.--disable-custom-all-reduce": "on"}),
         [],
     ),
+    # SGLang's adaptive steps: topk 1, starting at 3 (in its candidate steps [0, 1, 3, 5, 7]).
+    "adaptive": (lambda cfg: _space_candidate(cfg, {"spec.mode": "EAGLE3-adaptive"}), []),
+    # The speculative overlap scheduler off (0.5.23: --disable-overlap-schedule).
+    "chain-overlap-off": (lambda cfg: _space_candidate(cfg, {**CHAIN, "spec.overlap": "off"}), []),
     # rayspec's own caps, not SGLang's 48: the graph cap follows max_running_requests.
     "chain-own-caps": (
         lambda cfg: Candidate(spec=SpecSettings("EAGLE3", 3, 1, 4)),
@@ -135,6 +140,7 @@ def line_says(argv: Sequence[str], graph_flag: str) -> dict[str, Any]:
         "trust_remote_code": "--trust-remote-code" in argv,
         "enable_metrics": "--enable-metrics" in argv,
         "disable_custom_all_reduce": "--disable-custom-all-reduce" in argv,
+        "disable_overlap_schedule": "--disable-overlap-schedule" in argv,
         "speculative_algorithm": None,
     }
     if "--attention-backend" in argv:
@@ -147,6 +153,7 @@ def line_says(argv: Sequence[str], graph_flag: str) -> dict[str, Any]:
         says["speculative_num_steps"] = int(_value(argv, "--speculative-num-steps"))
         says["speculative_eagle_topk"] = int(_value(argv, "--speculative-eagle-topk"))
         says["speculative_num_draft_tokens"] = int(_value(argv, "--speculative-num-draft-tokens"))
+        says["speculative_adaptive"] = "--speculative-adaptive" in argv
     return says
 
 
@@ -226,6 +233,11 @@ def test_sglang_resolves_what_the_line_says(
         if spec.eagle_topk == 1:  # SGLang forces ndt = steps + 1; rayspec already passes it
             assert got["speculative_num_draft_tokens"] == spec.num_steps + 1
         assert not any("is adjusted" in msg for msg in result["log"]), result["log"]
+        # SGLang kept adaptive on (no "speculative_adaptive disabled: ..." fallback).
+        assert got["speculative_adaptive"] == spec.adaptive, result["log"]
+        assert got["disable_overlap_schedule"] == (not spec.overlap)
+        non_overlap = any("Non-overlap (synchronous) spec v2" in m for m in result["log"])
+        assert non_overlap == (not spec.overlap), result["log"]
 
 
 def test_topk1_chain_asking_for_more_draft_tokens_gets_steps_plus_one(
