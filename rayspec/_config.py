@@ -195,6 +195,11 @@ class ServerConfig:
     allow_nvlink_multicast: bool = False
     twin: TwinConfig = field(default_factory=TwinConfig)
 
+    @property
+    def version(self) -> str:
+        """The SGLang version whose rules apply: the real one's, or the one the twin emulates."""
+        return self.sglang_version if self.engine is Engine.sglang else self.twin.version
+
 
 @dataclass
 class SpeculativeSpace:
@@ -653,8 +658,7 @@ def _validate_space(cfg: ExperimentConfig) -> None:
     from rayspec.server._versions import sglang_features  # the server package imports this
 
     adaptive = [m for m in sp.modes if m.endswith(ADAPTIVE_SUFFIX)]
-    srv = cfg.server
-    version = srv.sglang_version if srv.engine is Engine.sglang else srv.twin.version
+    version = cfg.server.version
     if "off" in sp.overlap and not sglang_features(version).spec_v2_switch:
         raise _fail(
             "search.speculative.overlap",

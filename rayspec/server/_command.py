@@ -42,9 +42,7 @@ def twin_seed(study_seed: int | None, trial: int) -> int:
 
 def _overlap_switch(cfg: ExperimentConfig) -> str:
     """How this experiment's SGLang (or the version the twin emulates) turns overlap off."""
-    srv = cfg.server
-    version = srv.twin.version if srv.engine is Engine.twin else srv.sglang_version
-    return sglang_features(version).spec_v2_switch
+    return sglang_features(cfg.server.version).spec_v2_switch
 
 
 def server_env(cfg: ExperimentConfig, candidate: Candidate) -> tuple[dict[str, str], list[str]]:

@@ -160,9 +160,12 @@ def _run(cfg: ExperimentConfig) -> int:
     from rayspec.tune._cluster import disconnect
     from rayspec.tune._driver import idle_reason
     from rayspec.tune._driver import run_study
+    from rayspec.tune._progress import make_progress
+    from rayspec.tune._report import deploy_config
     from rayspec.tune._report import deploy_warnings
     from rayspec.tune._report import format_table
     from rayspec.tune._report import write_best
+    from rayspec.tune._tiers import write_adaptive_tiers
 
     if cfg.server.engine is Engine.twin:
         _say("engine: twin — a SIMULATED SGLang node (rayspec.twin); numbers are the model's")
@@ -178,8 +181,16 @@ def _run(cfg: ExperimentConfig) -> int:
         # so SIGTERM stops the servers and exits 130 like Ctrl-C.
         signal.signal(signal.SIGTERM, _raise_interrupt)
         _say(cluster.describe())
+        # A live display on a terminal; today's plain lines otherwise (CI, pipes, logs).
+        progress = make_progress(
+            _say, warmup=cfg.bench.warmup > 0, max_wall_s=cfg.study.max_wall_s
+        )
         try:
-            outcome = run_study(cfg, printer=_say, slots=cluster.slots)
+            with progress:
+                outcome = run_study(
+                    cfg, printer=progress.line, slots=cluster.slots, write_report=True,
+                    progress=progress,
+                )  # fmt: skip
         finally:
             disconnect(cluster)
     report = outcome.report
@@ -205,6 +216,14 @@ def _run(cfg: ExperimentConfig) -> int:
         )
     for scenario, row in report.best_per_scenario:
         print(f"best at scenario {scenario}: trial {row.trial}: {row.label}")
+    tiers = write_adaptive_tiers(cfg, report, deploy_config(cfg))
+    if tiers is not None:
+        tiers_path, tiers_line, found = tiers
+        per_load = ", ".join(
+            f"{bs} -> {entry['candidate_steps'][0]} steps" for bs, entry in found.tiers.items()
+        )
+        print(f"adaptive tiers (concurrency {per_load}): {tiers_path}")
+        print(f"  one server for every load:  {tiers_line}")
     paths = write_best(cfg, report)
     print()
     if report.pick_note:

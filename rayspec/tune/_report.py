@@ -311,7 +311,7 @@ MODEL_PLACEHOLDER = "${MODEL_PATH}"
 DRAFT_PLACEHOLDER = "${DRAFT_MODEL_PATH}"
 
 
-def _deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
+def deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
     """The experiment as a real SGLang launch (a twin study deploys to SGLang too)."""
     real = cfg.server.engine is Engine.sglang
     server = dataclasses.replace(
@@ -326,7 +326,7 @@ def _deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
 
 def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
     """A bash script with the exact environment and ``python -m sglang.launch_server`` line."""
-    dcfg = _deploy_config(cfg)
+    dcfg = deploy_config(cfg)
     launch = build_launch(dcfg, row.candidate, port=cfg.server.port, log_path="-")
     placeholders = {
         MODEL_PLACEHOLDER: '"${MODEL_PATH:?set MODEL_PATH to the target model}"',
@@ -360,7 +360,7 @@ def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | 
     best = report.best
     if best is None:
         return None
-    dcfg = _deploy_config(cfg)
+    dcfg = deploy_config(cfg)
     launch = build_launch(dcfg, best.candidate, port=cfg.server.port, log_path="-")
     base = report.baseline
     doc: dict[str, Any] = {
@@ -385,6 +385,8 @@ def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | 
             "num_steps": best.candidate.spec.num_steps,
             "eagle_topk": best.candidate.spec.eagle_topk,
             "num_draft_tokens": best.candidate.spec.num_draft_tokens,
+            "adaptive": best.candidate.spec.adaptive,
+            "overlap": best.candidate.spec.overlap,
         },
         "env": dict(launch.env),
         "unset_env": list(launch.unset_env),

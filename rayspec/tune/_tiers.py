@@ -1,0 +1,126 @@
+"""Per-concurrency optima as tiers of SGLang's adaptive speculative decoding.
+
+With several concurrency scenarios the best static configuration differs by load (on the twin,
+speculation gains at concurrency 1 and loses at 16). SGLang's adaptive mode takes a JSON file
+of tiers, one per batch size, each with the steps it may use
+(``--speculative-adaptive-config``; sglang-contract §4). :func:`adaptive_tiers` turns the
+measured best chain (or no speculation: 0 steps) of each scenario into that file, so one server
+follows the load with the steps each load measured best. Only topk-1 chains qualify: adaptive
+steps are chains.
+
+Example of what is written::
+
+    {"1": {"candidate_steps": [2]}, "16": {"candidate_steps": [0]}}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shlex
+from dataclasses import dataclass
+
+from rayspec._config import SPEC_OFF
+from rayspec._config import ExperimentConfig
+from rayspec._types import Candidate
+from rayspec.search._space import is_adaptive
+from rayspec.server import build_launch
+from rayspec.server._versions import sglang_features
+from rayspec.tune._report import DRAFT_PLACEHOLDER
+from rayspec.tune._report import MODEL_PLACEHOLDER
+from rayspec.tune._report import Row
+from rayspec.tune._report import StudyReport
+
+__all__ = ["AdaptiveTiers", "adaptive_tiers", "write_adaptive_tiers"]
+
+TIERS_FILE = "adaptive_tiers.json"
+
+
+@dataclass(frozen=True)
+class AdaptiveTiers:
+    """The tiers and where each came from.
+
+    Attributes:
+        tiers: batch size (the scenario's concurrency) -> ``{"candidate_steps": [k]}``.
+        sources: batch size -> the row whose chain (or no speculation) was best there.
+        start_steps: the ``--speculative-num-steps`` to launch with (in the tiers' union).
+    """
+
+    tiers: dict[str, dict[str, list[int]]]
+    sources: dict[int, Row]
+    start_steps: int
+
+
+def adaptive_tiers(cfg: ExperimentConfig, report: StudyReport) -> AdaptiveTiers | None:
+    """The tiers for this study, or None where they do not apply.
+
+    They apply with two or more scenarios of different concurrency, a static EAGLE/EAGLE3
+    algorithm in the space, an SGLang with ``--speculative-adaptive``, and speculation best
+    at one concurrency at least.
+    """
+    algorithms = [m for m in cfg.search.speculative.modes if m != SPEC_OFF and not is_adaptive(m)]
+    if not algorithms or not sglang_features(cfg.server.version).adaptive_spec:
+        return None
+    concurrency = {sc.name: sc.concurrency for sc in cfg.scenarios()}
+    if len(set(concurrency.values())) < 2:
+        return None
+    sources: dict[int, Row] = {}
+    for i, (name, _) in enumerate(report.rows[0].per_scenario if report.rows else ()):
+        chains = [r for r in report.rows if _chain_or_off(r.candidate)]
+        chains = [r for r in chains if math.isfinite(r.per_scenario[i][1])]
+        if chains and name in concurrency:
+            sources[concurrency[name]] = max(chains, key=lambda r: r.per_scenario[i][1])
+    steps = {bs: row.candidate.spec.num_steps if row.candidate.spec else 0
+             for bs, row in sources.items()}  # fmt: skip
+    positive = [k for _, k in sorted(steps.items()) if k > 0]
+    if len(sources) < 2 or not positive:
+        return None
+    tiers = {str(bs): {"candidate_steps": [k]} for bs, k in sorted(steps.items())}
+    return AdaptiveTiers(
+        tiers=tiers, sources=dict(sorted(sources.items())), start_steps=positive[0]
+    )
+
+
+def _chain_or_off(candidate: Candidate) -> bool:
+    spec = candidate.spec
+    return spec is None or (spec.eagle_topk == 1 and not spec.adaptive and not candidate.flags)
+
+
+def write_adaptive_tiers(
+    cfg: ExperimentConfig, report: StudyReport, deploy: ExperimentConfig
+) -> tuple[str, str, AdaptiveTiers] | None:
+    """Write ``<out>/adaptive_tiers.json``; return its path, the launch line and the tiers.
+
+    Args:
+        deploy: the experiment as a real SGLang launch (``_report.deploy_config``).
+    """
+    found = adaptive_tiers(cfg, report)
+    if found is None:
+        return None
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    path = os.path.join(cfg.out_dir, TIERS_FILE)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(found.tiers, fh, indent=2)
+        fh.write("\n")
+    # The NCCL set of the best chain at the lowest concurrency: one server, one environment.
+    first = next(r for r in found.sources.values() if r.candidate.spec is not None)
+    assert first.candidate.spec is not None
+    spec = dataclasses.replace(
+        first.candidate.spec,
+        num_steps=found.start_steps,
+        num_draft_tokens=found.start_steps + 1,
+        adaptive=True,
+    )
+    candidate = Candidate(nccl_env=first.candidate.nccl_env, spec=spec)
+    launch = build_launch(deploy, candidate, port=cfg.server.port, log_path="-")
+    argv = [*launch.argv, "--speculative-adaptive-config", path]
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env)
+    unset = " ".join(f"-u {k}" for k in launch.unset_env)
+    keep = {
+        MODEL_PLACEHOLDER: f'"{MODEL_PLACEHOLDER}"',
+        DRAFT_PLACEHOLDER: f'"{DRAFT_PLACEHOLDER}"',
+    }
+    line = f"env {unset} {env} " + " ".join(keep.get(a) or shlex.quote(a) for a in argv)
+    return path, line, found

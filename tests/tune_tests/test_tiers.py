@@ -1,0 +1,73 @@
+"""Per-concurrency optima written as SGLang adaptive tiers (--speculative-adaptive-config)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from rayspec import Candidate
+from rayspec import SpecSettings
+from rayspec._config import load_config
+from rayspec.tune._report import Row
+from rayspec.tune._report import StudyReport
+from rayspec.tune._report import deploy_config
+from rayspec.tune._tiers import adaptive_tiers
+from rayspec.tune._tiers import write_adaptive_tiers
+from tests.helpers import TWIN_EXPERIMENT
+
+SCENARIOS = (
+    "bench.scenarios=[{name: c1, concurrency: 1, requests_per_run: 1, max_tokens: 100},"
+    "{name: c16, concurrency: 16, requests_per_run: 16, max_tokens: 100}]"
+)
+NCCL = (("NCCL_PROTO", "LL"),)
+
+
+def _row(trial: int, spec: SpecSettings | None, c1: float, c16: float) -> Row:
+    return Row(
+        trials=(trial,), label=f"trial {trial}", candidate=Candidate(nccl_env=NCCL, spec=spec),
+        role="", tok_s_mean=c1, tok_s_runs=c1, tok_s_peak=c1, accept_length=float("nan"),
+        sd=0.01, starts=1, runs=5, per_scenario=(("c1", c1), ("c16", c16)),
+    )  # fmt: skip
+
+
+def _report(*rows: Row) -> StudyReport:
+    return StudyReport(rows=rows, baseline=rows[0], best=rows[1], failed=0, pruned=0, total=3)
+
+
+def _cfg(tmp_path, *extra: str):
+    return load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}", SCENARIOS, *extra])
+
+
+def test_each_concurrency_gets_its_best_chain_or_no_speculation(tmp_path) -> None:
+    report = _report(
+        _row(0, None, 60.0, 700.0),
+        _row(1, SpecSettings("EAGLE3", 2, 4, 6), 99.0, 500.0),  # a tree: not a tier
+        _row(2, SpecSettings("EAGLE3", 2, 1, 3), 92.0, 560.0),
+        _row(3, SpecSettings("EAGLE3", 3, 1, 4), 93.0, 540.0),
+    )
+    cfg = _cfg(tmp_path)
+    found = adaptive_tiers(cfg, report)
+    assert found is not None
+    # Concurrency 1: 3 steps beat 2; concurrency 16: speculation loses, 0 steps.
+    assert found.tiers == {"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}}
+    assert found.start_steps == 3
+    written = write_adaptive_tiers(cfg, report, deploy_config(cfg))
+    assert written is not None
+    path, line, _ = written
+    assert path == os.path.join(cfg.out_dir, "adaptive_tiers.json")
+    with open(path, encoding="utf-8") as fh:
+        assert json.load(fh) == found.tiers
+    assert "--speculative-adaptive --" in line and f"--speculative-adaptive-config {path}" in line
+    assert "--speculative-num-steps 3 --speculative-eagle-topk 1" in line
+    assert "NCCL_PROTO=LL" in line and "sglang.launch_server" in line
+
+
+def test_no_tiers_without_two_loads_or_where_speculation_never_wins(tmp_path) -> None:
+    rows = (_row(0, None, 60.0, 700.0), _row(1, SpecSettings("EAGLE3", 2, 1, 3), 50.0, 500.0))
+    assert adaptive_tiers(_cfg(tmp_path), _report(*rows)) is None
+    one_load = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
+    assert adaptive_tiers(one_load, _report(*rows)) is None
+    old = _cfg(tmp_path, "server.twin.version=0.5.21")
+    faster = (rows[0], _row(1, SpecSettings("EAGLE3", 2, 1, 3), 90.0, 500.0))
+    assert adaptive_tiers(_cfg(tmp_path), _report(*faster)) is not None
+    assert adaptive_tiers(old, _report(*faster)) is None  # no --speculative-adaptive before 0.5.23
