@@ -69,6 +69,11 @@ ATTR_REASON = "reason"
 ATTR_REPEAT_OF = "repeat_of"
 ROLE_BASELINE_AGAIN = "baseline#2"
 CONSTRAINT_FAILED = "failed"
+# Trial metrics copied to each trial's user attributes (optuna-dashboard shows them).
+_TRIAL_METRIC_ATTRS = (
+    "tok_s_mean", "tok_s_peak", "tok_s_std", "tok_s_ci95_low", "tok_s_ci95_high",
+    "accept_length", "runs", "vs_baseline_ratio",
+)  # fmt: skip
 _FINISHED = (OptunaState.COMPLETE, OptunaState.PRUNED, OptunaState.FAIL)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -317,7 +322,7 @@ class StudyHandle:
             trial.set_attr(ATTR_FAILURE, result.failure)
             trial.set_attr("failure_detail", result.failure_detail[:2000])
             trial.set_attr("log_tail", result.log_tail[-4000:])
-        for key in ("tok_s_mean", "tok_s_peak", "tok_s_std", "accept_length"):
+        for key in _TRIAL_METRIC_ATTRS:
             value = result.metrics.get(key)
             if value is not None and value == value:  # not NaN
                 trial.set_attr(key, float(value))
@@ -417,8 +422,35 @@ def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
         study.set_user_attr("objective", f"{cfg.study.objective} (output tok/s)")
     _check_same_experiment(cfg, space, study.user_attrs)
     _check_stored_choices(cfg, space, study.get_trials(deepcopy=False))
+    handle.set_study_attrs(study_description(cfg))
     handle.seed()
     return handle
+
+
+def study_description(cfg: ExperimentConfig) -> dict[str, Any]:
+    """What optuna-dashboard shows for the study: the experiment, engine, versions, profile and
+    budget (set on every open, so a resumed study shows its latest budget)."""
+    from rayspec import __version__
+
+    srv = cfg.server
+    twin = srv.engine is Engine.twin
+    scenarios = ", ".join(f"{sc.name} (concurrency {sc.concurrency})" for sc in cfg.scenarios())
+    return {
+        "experiment": cfg.study.name,
+        "engine": srv.engine.value,
+        "sglang_version": srv.twin.version if twin else srv.sglang_version,
+        "twin_profile": srv.twin.profile if twin else "",
+        "model_path": "" if twin else srv.model_path,
+        "tp_size": srv.tp_size,
+        "rayspec_version": __version__,
+        "sampler": cfg.study.sampler.value,
+        "max_restarts": cfg.study.max_restarts,
+        "start_noise": cfg.study.start_noise,
+        "pick_margin": cfg.study.pick_margin,
+        "bench": f"{cfg.bench.warmup} warm-up, {cfg.bench.repeats} runs "
+        f"(up to {cfg.max_repeats}); scenarios {scenarios}",
+        "output_dir": os.path.abspath(cfg.out_dir),
+    }
 
 
 def space_fingerprint(space: SearchSpace) -> str:

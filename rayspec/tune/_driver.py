@@ -64,6 +64,7 @@ from rayspec.tune._checks import prompt_key
 from rayspec.tune._decide import Measured
 from rayspec.tune._decide import cannot_beat
 from rayspec.tune._decide import comparison_metrics
+from rayspec.tune._metrics import StudyMetrics
 from rayspec.tune._report import StudyReport
 from rayspec.tune._report import build_report
 from rayspec.tune._report import candidate_from_row
@@ -313,6 +314,7 @@ def run_study(
     slots: int = 1,
     trial_fn: Callable[..., TrialResult] = run_trial,
     screen: BaseNcclScreen | None = None,
+    write_report: bool = False,
 ) -> StudyOutcome:
     """Create or resume the study and run it until its budget is spent or it has its answer.
 
@@ -323,6 +325,8 @@ def run_study(
         trial_fn: runs one trial (the real one starts servers through Ray actors; the search
             benchmark passes a simulated one).
         screen: the NCCL screen to use instead of the engine's own.
+        write_report: write ``<out>/report.md`` and its plots at the end (``python -m
+            rayspec.tune`` does; a failure is one warning line, never the study's).
     """
     t0 = time.monotonic()
     space = SearchSpace.from_config(cfg.search)
@@ -362,6 +366,7 @@ def run_study(
     equivalent = strategy.equivalent if strategy is not None else None
     progress.pick = _pick_line(rows, roles, cfg, equivalent)
     ledger = _load_ledger(cfg, rows, roles)
+    study_metrics = StudyMetrics(cfg.study.name, cfg.study.max_restarts, rows)  # Ray's metrics
     scenario = objective_scenario(cfg)
     live: dict[int, TrialHandle] = {}  # trial number -> trial, for intermediate values
     evidence_at_start: dict[int, Evidence] = {}
@@ -424,6 +429,7 @@ def run_study(
             extra["alarm"] = alarm
         store.append_trial(result, extra)
         handle.tell(trial, result)
+        study_metrics.trial_done(result, budget.restarts)
         budget.told += 1
         row = {**extra, "command": "x" if result.launch else None, "failure": result.failure}
         observations.append(
@@ -523,10 +529,23 @@ def run_study(
         margin=cfg.study.pick_margin,
         equivalent=equivalent,
     )
+    if write_report:
+        _write_report(cfg, printer)
     return StudyOutcome(
         final, ran, done_before, time.monotonic() - t0, pruned, saved_s, budget.restarts,
         stopped,
     )  # fmt: skip
+
+
+def _write_report(cfg: ExperimentConfig, printer: Printer) -> None:
+    """``report.md`` and its plots; a failure is one warning line, never the study's."""
+    try:
+        from rayspec.report import write_report
+
+        printer(write_report(cfg.out_dir, cfg).describe())
+    except Exception as exc:  # noqa: BLE001 - the trials are stored; only the report failed
+        printer(f"warning: report not written ({type(exc).__name__}: {exc}); "
+                f"try: python -m rayspec.report {cfg.out_dir}")  # fmt: skip
 
 
 def _make_gate(

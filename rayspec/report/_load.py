@@ -1,0 +1,223 @@
+"""Read a study folder: the Parquet trials, the Optuna study, the NCCL screen, the pick.
+
+Reads only what a study writes (``trials/``, ``requests/``, ``optuna.journal``,
+``nccl_screen.json``, ``best.sh``), so a report can be rebuilt from a copied folder at any time.
+The configuration table and the pick are :func:`rayspec.tune._report.build_report`'s, the same
+the study printed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from rayspec._exceptions import StoreError
+from rayspec._types import Candidate
+from rayspec.search import Equivalence
+from rayspec.store import ParquetTrialStore
+from rayspec.tune._report import StudyReport
+from rayspec.tune._report import build_report
+from rayspec.tune._report import deploy_script
+from rayspec.tune._screen import load_equivalence
+
+if TYPE_CHECKING:
+    import optuna
+
+    from rayspec._config import ExperimentConfig
+
+__all__ = ["StudyData", "load_study_folder"]
+
+_DEFAULT_START_NOISE = 0.01  # study.start_noise's default, for folders without the attribute
+
+
+@dataclass(frozen=True)
+class StudyData:
+    """Everything a report shows, read once.
+
+    Attributes:
+        path: the study folder.
+        name: the study name.
+        rows: the trial rows, in trial order.
+        roles: trial -> ``baseline`` / ``enqueued[i]`` (a retry inherits its original's).
+        report: the configurations pooled and the pick, as the study printed them.
+        attrs: the Optuna study's user attributes (experiment, engine, versions, budget).
+        study: the Optuna study, or None when its storage cannot be opened.
+        study_note: why ``study`` is None.
+        launch: the best configuration's launch script ("" without a pick).
+        launch_source: where ``launch`` came from.
+        concurrency: scenario -> concurrency (from the request rows).
+        start_noise, margin: the pick's settings (``study.start_noise``, ``study.pick_margin``).
+    """
+
+    path: str
+    name: str
+    rows: list[dict[str, Any]]
+    roles: dict[int, str]
+    report: StudyReport
+    attrs: dict[str, Any] = field(default_factory=dict)
+    study: optuna.Study | None = None
+    study_note: str = ""
+    launch: str = ""
+    launch_source: str = ""
+    concurrency: dict[str, int] = field(default_factory=dict)
+    start_noise: float = _DEFAULT_START_NOISE
+    margin: float = 0.0
+    equivalent: Equivalence | None = None
+
+    def same_nccl(self, a: Candidate, b: Candidate) -> bool:
+        """Whether two configurations run the same NCCL set, or sets of one screen class."""
+        if self.equivalent is None:
+            return a.nccl_env == b.nccl_env
+        return self.equivalent(a.nccl_env) == self.equivalent(b.nccl_env)
+
+    def report_at(self, last_trial: int) -> StudyReport:
+        """The pick as it stood when trial ``last_trial`` had finished."""
+        rows = [r for r in self.rows if int(r["trial"]) <= last_trial]
+        roles = {t: r for t, r in self.roles.items() if t <= last_trial}
+        return build_report(
+            rows, roles, start_noise=self.start_noise, margin=self.margin,
+            equivalent=self.equivalent,
+        )  # fmt: skip
+
+
+def _open_study(path: str, name: str) -> tuple[optuna.Study | None, str]:
+    """The study in ``<path>/optuna.journal`` (the default storage), or why not."""
+    journal = os.path.join(path, "optuna.journal")
+    if not os.path.isfile(journal):
+        return None, f"no Optuna journal at {journal} (a study with an RDB storage keeps it there)"
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    try:
+        storage = JournalStorage(JournalFileBackend(journal))
+        names = optuna.get_all_study_names(storage)
+        if name not in names:
+            if len(names) != 1:
+                return None, f"{journal} holds studies {names}, none named {name!r}"
+            name = names[0]
+        return optuna.load_study(study_name=name, storage=storage), ""
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        return None, f"cannot open {journal}: {exc}"
+
+
+def _roles(rows: list[dict[str, Any]], study: optuna.Study | None) -> dict[int, str]:
+    roles = {int(r["trial"]): str(r["role"]) for r in rows if r.get("role")}
+    if study is None:
+        return roles
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        if t.user_attrs.get("role"):
+            roles[t.number] = str(t.user_attrs["role"])
+        retry = t.user_attrs.get("retry_of")
+        if retry is not None and int(retry) in roles:
+            roles[t.number] = roles[int(retry)]
+    return roles
+
+
+def _concurrency(path: str) -> dict[str, int]:
+    folder = os.path.join(path, "requests")
+    if not os.path.isdir(folder):
+        return {}
+    try:
+        table = ds.dataset(folder, format="parquet").to_table(columns=["scenario", "concurrency"])
+    except (OSError, pa.ArrowException):
+        return {}
+    out: dict[str, int] = {}
+    for sc, c in zip(table.column("scenario").to_pylist(), table.column("concurrency").to_pylist(),
+                     strict=True):  # fmt: skip
+        if sc is not None and c is not None:
+            out.setdefault(str(sc), int(c))
+    return out
+
+
+def _float_attr(attrs: dict[str, Any], key: str, default: float) -> float:
+    try:
+        value = float(attrs[key])
+    except (KeyError, TypeError, ValueError):
+        return default
+    return value if math.isfinite(value) else default
+
+
+def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyData:
+    """Read a study folder (``<output.dir>/<study.name>``).
+
+    Args:
+        path: the study folder, the one holding ``trials/``.
+        cfg: the experiment, when known (the driver passes it): the pick's settings and the
+            launch script come from it instead of the folder.
+
+    Raises:
+        StoreError: ``path`` is not a study folder, or its trials cannot be read.
+    """
+    if not os.path.isdir(path):
+        raise StoreError(f"{path}: no such folder (expected a study folder holding trials/)")
+    trials = os.path.join(path, "trials")
+    if not os.path.isdir(trials):
+        subs = sorted(
+            d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d, "trials"))
+        )
+        hint = f"; its studies: {', '.join(os.path.join(path, d) for d in subs)}" if subs else ""
+        raise StoreError(f"{path}: not a study folder (no trials/ in it){hint}")
+    rows = sorted(ParquetTrialStore(path).load_trials().to_pylist(), key=lambda r: r["trial"])
+    if not rows:
+        raise StoreError(f"{trials}: no trial rows yet")
+    name = cfg.study.name if cfg is not None else os.path.basename(os.path.abspath(path))
+    study, note = _open_study(path, name)
+    attrs: dict[str, Any] = dict(study.user_attrs) if study is not None else {}
+    if cfg is not None:
+        start_noise, margin = cfg.study.start_noise, cfg.study.pick_margin
+    else:
+        start_noise = _float_attr(attrs, "start_noise", _DEFAULT_START_NOISE)
+        margin = _float_attr(attrs, "pick_margin", 0.0)
+    roles = _roles(rows, study)
+    equivalent = load_equivalence(path)
+    report = build_report(
+        rows, roles, start_noise=start_noise, margin=margin, equivalent=equivalent
+    )
+    launch, source = "", ""
+    if report.best is not None and cfg is not None:
+        launch, source = deploy_script(cfg, report.best, report.baseline), "the experiment"
+    elif report.best is not None:
+        launch, source = _launch_from_folder(path, rows, report)
+    return StudyData(
+        path=path, name=study.study_name if study is not None else name, rows=rows, roles=roles,
+        report=report, attrs=attrs, study=study, study_note=note, launch=launch,
+        launch_source=source, concurrency=_concurrency(path), start_noise=start_noise,
+        margin=margin, equivalent=equivalent,
+    )  # fmt: skip
+
+
+def _launch_from_folder(
+    path: str, rows: list[dict[str, Any]], report: StudyReport
+) -> tuple[str, str]:
+    """``best.sh`` when it names the pick's trial, else the pick's measured launch line."""
+    best = report.best
+    if best is None:
+        return "", ""
+    script = os.path.join(path, "best.sh")
+    try:
+        with open(script, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        text = ""
+    if f", trial {best.trial}:" in text:
+        return text, script
+    row = next((r for r in rows if int(r["trial"]) in best.trials and r.get("command")), None)
+    if row is None:
+        return "", ""
+    import shlex
+
+    env = json.loads(row["env"]) if row.get("env") else {}
+    unset = json.loads(row["unset_env"]) if row.get("unset_env") else []
+    lines = [f"unset {' '.join(unset)}"] if unset else []
+    lines += [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(env.items())]
+    lines.append(" ".join(shlex.quote(a) for a in json.loads(row["command"])))
+    return "\n".join(lines) + "\n", f"the measured launch of trial {row['trial']}"

@@ -1,0 +1,207 @@
+"""The report as Markdown: the study, the pick and its launch command, the field-style table,
+the failures, and the plots with how to read them."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+
+if TYPE_CHECKING:
+    from rayspec.report._load import StudyData
+    from rayspec.report._plots import Plot
+    from rayspec.tune._report import Row
+
+__all__ = ["render", "table_rows"]
+
+_WITHIN_NOISE = (0.05, 0.95)  # P(faster than the baseline) between these: within noise
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _vs(row: Row, baseline: Row | None) -> str:
+    if baseline is None or row.trials == baseline.trials or not baseline.tok_s_mean:
+        return "—"
+    return f"{(row.tok_s_mean / baseline.tok_s_mean - 1) * 100:+.1f} %"
+
+
+def _flags(data: StudyData, row: Row) -> list[str]:
+    report = data.report
+    flags = []
+    if report.best is not None and row.trials == report.best.trials:
+        flags.append("**picked**")
+    if report.fastest is not None and report.best is not None and \
+            row.trials == report.fastest.trials and report.fastest.trials != report.best.trials:
+        flags.append("best estimate, not picked")  # fmt: skip
+    if row.role:
+        flags.append(row.role)
+    low, high = _WITHIN_NOISE
+    if report.baseline is not None and row.trials != report.baseline.trials \
+            and low < row.vs_baseline_confidence < high:
+        flags.append("within noise of the baseline")  # fmt: skip
+    by_trial = {int(r["trial"]): r for r in data.rows}
+    pruned = [t for t in row.trials if by_trial.get(t, {}).get("state") == "PRUNED"]
+    if pruned:
+        flags.append("pruned: trial " + ", ".join(str(t) for t in pruned))
+    reused = [
+        int(r["trial"]) for r in data.rows
+        if r.get("note") and r.get("state") == "COMPLETE" and r.get("candidate") == row.label
+    ]  # fmt: skip
+    if reused:
+        flags.append("reused by trial " + ", ".join(str(t) for t in reused))
+    if row.alarm or any(by_trial.get(t, {}).get("alarm") for t in row.trials):
+        flags.append("acceptance alarm")
+    return flags
+
+
+def table_rows(data: StudyData) -> list[dict[str, Any]]:
+    """The table as data, one entry per configuration, then one per failed trial (the report
+    renders these; tests compare them with the trial rows)."""
+    report = data.report
+    out: list[dict[str, Any]] = []
+    for row in report.rows:
+        half = 1.96 * row.sd * row.tok_s_mean
+        out.append({
+            "trials": row.trials,
+            "config": row.label,
+            "tok_s": row.tok_s_mean,
+            "ci95": half if math.isfinite(half) else math.nan,
+            "peak": row.tok_s_peak,
+            "accept_length": row.accept_length,
+            "starts": row.starts,
+            "runs": row.runs,
+            "vs_baseline": _vs(row, report.baseline),
+            "flags": _flags(data, row),
+        })  # fmt: skip
+    for trial, label, reason in report.failures:
+        out.append({
+            "trials": (trial,), "config": label, "tok_s": math.nan, "ci95": math.nan,
+            "peak": math.nan, "accept_length": math.nan, "starts": 0, "runs": 0,
+            "vs_baseline": "—",
+            "flags": [r for r in (data.roles.get(trial, ""),) if r] + [f"failed: {reason}"],
+        })  # fmt: skip
+    return out
+
+
+def _num(value: float, fmt: str = ".1f") -> str:
+    return format(value, fmt) if math.isfinite(value) else "—"
+
+
+def _table(data: StudyData) -> list[str]:
+    lines = [
+        "| trials | config | tok/s (± 95 % CI) | tok/s peak | accept len | starts x runs "
+        "| vs baseline | flags |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for e in table_rows(data):
+        trials = ",".join(str(t) for t in e["trials"])
+        if math.isfinite(e["tok_s"]):
+            tok = _num(e["tok_s"]) + (f" ± {e['ci95']:.1f}" if math.isfinite(e["ci95"]) else "")
+            starts = f"{e['starts']} x {e['runs'] // max(1, e['starts'])}"
+        else:
+            tok, starts = "—", "—"
+        lines.append(
+            f"| {trials} | {_cell(e['config'])} | {tok} | {_num(e['peak'])} | "
+            f"{_num(e['accept_length'], '.2f')} | {starts} | {e['vs_baseline']} | "
+            f"{_cell(', '.join(e['flags']))} |"
+        )
+    return lines
+
+
+def _engine_line(data: StudyData) -> str:
+    attrs = data.attrs
+    engine = str(attrs.get("engine") or next(
+        (r["engine"] for r in data.rows if r.get("engine")), "unknown"))  # fmt: skip
+    version = attrs.get("sglang_version")
+    if engine == "twin":
+        what = ", ".join(
+            ([f"profile {attrs['twin_profile']}"] if attrs.get("twin_profile") else [])
+            + ([f"SGLang {version}"] if version else [])
+        )
+        text = "twin — a SIMULATED SGLang node" + (f" ({what})" if what else "")
+        text += ": the numbers are the model's"
+    else:
+        text = engine + (f" {version}" if version else "")
+        if attrs.get("model_path"):
+            text += f", model {attrs['model_path']}"
+    return text
+
+
+def _summary(data: StudyData) -> list[str]:
+    report = data.report
+    states = [str(r["state"]) for r in data.rows]
+    budget = data.attrs.get("max_restarts")
+    restarts = f"{report.restarts}" + (f" of a budget of {budget}" if budget else "")
+    lines = [
+        f"- engine: {_engine_line(data)}",
+        f"- server restarts: {restarts}; trials: {report.total} ({states.count('COMPLETE')} "
+        f"complete, {report.failed} failed, {report.pruned} pruned, {report.reused} reused "
+        "a measurement)",
+    ]
+    if data.attrs.get("bench"):
+        lines.append(f"- benchmark: {data.attrs['bench']}")
+    best, base = report.best, report.baseline
+    if best is None:
+        lines.append("- pick: none (no configuration completed)")
+        return lines
+    half = 1.96 * best.sd * best.tok_s_mean
+    text = f"- **pick: {best.label}**: {best.tok_s_mean:.1f}"
+    text += f" ± {half:.1f} tok/s" if math.isfinite(half) else " tok/s"
+    starts = "one server start" if best.starts == 1 else f"{best.starts} server starts pooled"
+    text += f" ({starts}, trials {', '.join(str(t) for t in best.trials)})"
+    if base is not None and best.trials != base.trials:
+        text += f", {_vs(best, base)} vs the baseline ({base.tok_s_mean:.1f} tok/s)"
+    lines.append(text)
+    if report.pick_note:
+        lines.append(f"- {report.pick_note}")
+    return lines
+
+
+def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
+    """The whole ``report.md``; plot paths are written relative to ``report_dir``."""
+    lines = [f"# Study {data.name}", ""]
+    lines += _summary(data)
+    lines += ["", "## Best launch command", ""]
+    if data.launch:
+        lines += [f"From {data.launch_source}:", "", "```bash", data.launch.rstrip("\n"), "```"]
+    else:
+        lines.append("No configuration completed: nothing to launch.")
+    lines += ["", "## Configurations", ""]
+    lines.append(
+        "One row per configuration, every server start of it pooled, best estimate first. "
+        "`tok/s` is the estimate the pick uses, with its 95 % interval; `starts x runs` says "
+        "what it rests on; failed trials follow with their reason."
+    )
+    lines += [""] + _table(data)
+    failures = [r for r in data.rows if r["state"] == "FAIL" and r.get("failure_detail")]
+    if failures:
+        lines += ["", "## Failures", ""]
+        for r in failures:
+            detail = str(r["failure_detail"]).splitlines()[0][:300]
+            lines.append(f"- trial {r['trial']} ({r.get('failure') or 'unknown'}): {detail}")
+    lines += ["", "## Plots", ""]
+    for plot in plots:
+        lines += [f"### {plot.title}", ""]
+        if plot.path:
+            rel = os.path.relpath(plot.path, report_dir)
+            lines += [f"![{plot.title}]({rel})", "", plot.caption]
+        else:
+            lines.append(f"Not drawn: {plot.skipped}.")
+        lines.append("")
+    lines += [
+        "## Data",
+        "",
+        f"- trials: `{os.path.join(data.path, 'trials')}/` (Parquet, one file per trial, one "
+        "schema)",
+        f"- requests: `{os.path.join(data.path, 'requests')}/`",
+    ]
+    if data.study is not None:
+        journal = os.path.join(data.path, "optuna.journal")
+        lines.append(f"- Optuna study `{data.name}`: `{journal}`")
+    elif data.study_note:
+        lines.append(f"- Optuna study: {data.study_note}")
+    return "\n".join(lines) + "\n"
