@@ -65,6 +65,8 @@ from rayspec.tune._decide import Measured
 from rayspec.tune._decide import cannot_beat
 from rayspec.tune._decide import comparison_metrics
 from rayspec.tune._metrics import StudyMetrics
+from rayspec.tune._progress import PickView
+from rayspec.tune._progress import PlainProgress
 from rayspec.tune._report import StudyReport
 from rayspec.tune._report import build_report
 from rayspec.tune._report import candidate_from_row
@@ -140,21 +142,26 @@ class _Ledger:
 
 
 class _Progress:
-    """Progress lines: restarts used of the budget, what ran and why, the pick so far."""
+    """Progress lines: restarts used of the budget, what ran and why, the pick so far; shown
+    by ``sink`` (plain lines, or a live display on a terminal)."""
 
-    def __init__(self, budget: int, used: int, printer: Printer) -> None:
+    def __init__(self, budget: int, used: int, sink: PlainProgress) -> None:
         self.budget = budget
         self.used = used
-        self.print = printer
+        self.sink = sink
         self.pick = "no pick yet"
+        self.pick_view: PickView | None = None
+
+    def set_pick(self, line: str, view: PickView | None) -> None:
+        """The pick so far, from every stored trial (a resumed study's earlier ones too)."""
+        self.pick, self.pick_view = line, view
+        self.sink.status(used=self.used, budget=self.budget, pick=view)
 
     def phase(self, trial: int, phase: str) -> None:
-        self.print(f"[trial {trial}] {phase}")
+        self.sink.phase(trial, phase)
 
     def finished(self, result: TrialResult, trial: TrialHandle, reused_from: int | None) -> None:
-        if reused_from is not None:
-            head = f"[reused trial {reused_from}] trial {result.trial}"
-        elif result.launch is None:
+        if result.launch is None:  # reused, or refused before launch: no server started
             head = f"[no restart] trial {result.trial}"
         else:
             self.used += 1
@@ -173,7 +180,10 @@ class _Progress:
             what = f"pruned at {mean:.1f} tok/s ({result.failure_detail})"
         else:
             what = f"{result.state.value} ({result.failure or 'no reason'})"
-        self.print(f"{head}{why}: {result.candidate.label()} -> {what}; {self.pick}")
+        if reused_from is not None:  # no server started: the result is another trial's
+            what = f"reused trial {reused_from}: {what}"
+        self.sink.line(f"{head}{why}: {result.candidate.label()} -> {what}; {self.pick}")
+        self.sink.status(used=self.used, budget=self.budget, pick=self.pick_view)
 
 
 def _extra(
@@ -315,6 +325,7 @@ def run_study(
     trial_fn: Callable[..., TrialResult] = run_trial,
     screen: BaseNcclScreen | None = None,
     write_report: bool = False,
+    progress: PlainProgress | None = None,
 ) -> StudyOutcome:
     """Create or resume the study and run it until its budget is spent or it has its answer.
 
@@ -327,6 +338,8 @@ def run_study(
         screen: the NCCL screen to use instead of the engine's own.
         write_report: write ``<out>/report.md`` and its plots at the end (``python -m
             rayspec.tune`` does; a failure is one warning line, never the study's).
+        progress: shows phases, runs and the pick (default: plain lines through ``printer``;
+            the CLI passes a live display on a terminal).
     """
     t0 = time.monotonic()
     space = SearchSpace.from_config(cfg.search)
@@ -362,20 +375,31 @@ def run_study(
         )  # fmt: skip
     observations: list[Observation] = observations_from_rows(rows, roles)
     gate = _make_gate(cfg, store, roles)
-    progress = _Progress(budget.max_restarts, budget.restarts, printer)
+    sink = progress if progress is not None else PlainProgress(printer)
+    show = _Progress(budget.max_restarts, budget.restarts, sink)
     equivalent = strategy.equivalent if strategy is not None else None
-    progress.pick = _pick_line(rows, roles, cfg, equivalent)
+    show.set_pick(*_pick_line(rows, roles, cfg, equivalent))  # a resume's best, from the start
     ledger = _load_ledger(cfg, rows, roles)
     study_metrics = StudyMetrics(cfg.study.name, cfg.study.max_restarts, rows)  # Ray's metrics
     scenario = objective_scenario(cfg)
     live: dict[int, TrialHandle] = {}  # trial number -> trial, for intermediate values
     evidence_at_start: dict[int, Evidence] = {}
     protected: set[int] = set()  # the baseline and enqueued references are measured in full
+    extended: set[int] = set()  # trials measuring past bench.repeats (close to the best)
     ran = pruned = 0
     saved_s = 0.0
     stopped = ""
 
     def on_runs(number: int, runs: Sequence[float]) -> RunDecision:
+        """After each run: judge it, and show how many runs are done of how many planned."""
+        decision = judge_runs(number, runs)
+        if decision is RunDecision.EXTEND:
+            extended.add(number)
+        planned = cfg.max_repeats if number in extended else cfg.bench.repeats
+        sink.runs(number, len(runs), max(planned, len(runs)))
+        return decision
+
+    def judge_runs(number: int, runs: Sequence[float]) -> RunDecision:
         """After each run: report the running mean; prune a trial that cannot win; extend one
         close to the best."""
         trial = live.get(number)
@@ -448,10 +472,12 @@ def run_study(
         live.pop(result.trial, None)
         evidence_at_start.pop(result.trial, None)
         ran += 1
-        progress.pick = _pick_line(
-            store.load_trials().to_pylist(), handle.roles(), cfg, equivalent
+        extended.discard(result.trial)
+        show.set_pick(
+            *_pick_line(store.load_trials().to_pylist(), handle.roles(), cfg, equivalent)
         )
-        progress.finished(result, trial, reused_from)
+        sink.trial_finished(result.trial)
+        show.finished(result, trial, reused_from)
         if alarm:
             printer(f"  acceptance alarm: {alarm}")
 
@@ -501,9 +527,10 @@ def run_study(
                     evidence_at_start[trial.number] = weigh(
                         observations, start_noise=cfg.study.start_noise, equivalent=equivalent
                     )
+                    sink.trial_started(trial.number, trial.candidate.label())
                     future = pool.submit(
                         trial_fn, cfg, trial.number, trial.candidate, slot=slot,
-                        on_phase=progress.phase, on_runs=on_runs,
+                        on_phase=show.phase, on_runs=on_runs,
                     )  # fmt: skip
                     pending[future] = (trial, slot)
                 if not pending:
@@ -631,20 +658,21 @@ def _pick_line(
     roles: dict[int, str],
     cfg: ExperimentConfig,
     equivalent: Equivalence | None,
-) -> str:
-    """``pick: 99.1 tok/s (trials 7+12), +57 % vs baseline`` for the progress lines."""
+) -> tuple[str, PickView | None]:
+    """``pick 99.1 tok/s (trial 7+12), +57 % vs baseline`` for the progress lines, and the
+    same as data for a live display."""
     if not rows:
-        return "no pick yet"
+        return "no pick yet", None
     report = build_report(rows, roles, start_noise=cfg.study.start_noise, equivalent=equivalent,
                           margin=cfg.study.pick_margin)  # fmt: skip
     best = report.best
     if best is None:
-        return "no pick yet"
-    trials = "+".join(str(t) for t in best.trials[:4])
-    line = f"pick {best.tok_s_mean:.1f} tok/s (trial {trials})"
+        return "no pick yet", None
+    gain = None
     if report.baseline is not None and report.baseline.trials != best.trials:
-        line += f", {(best.tok_s_mean / report.baseline.tok_s_mean - 1) * 100:+.0f} % vs baseline"
-    return line
+        gain = best.tok_s_mean / report.baseline.tok_s_mean - 1
+    view = PickView(best.tok_s_mean, best.trials, gain)
+    return f"pick {view.describe()}", view
 
 
 def _nccl_cause(

@@ -54,6 +54,8 @@ class Row:
         tok_s_peak: the best run.
         sd: the estimate's relative standard deviation.
         starts, runs: server starts and measured runs pooled.
+        reused_by: later trials that asked for the same configuration and reused this
+            measurement (no server started for them).
     """
 
     trials: tuple[int, ...]
@@ -70,6 +72,7 @@ class Row:
     vs_baseline_confidence: float = math.nan  # P(faster than the baseline)
     per_scenario: tuple[tuple[str, float], ...] = ()
     alarm: str = ""  # the acceptance alarm's hint, when one of its trials raised it
+    reused_by: tuple[int, ...] = ()
 
     @property
     def trial(self) -> int:
@@ -181,6 +184,12 @@ def build_report(
     evidence = weigh(observations, start_noise=start_noise, equivalent=equivalent)
     by_trial = {int(r["trial"]): r for r in trial_rows}
     scenarios = sorted({k.split("__", 1)[0] for r in trial_rows for k in r if "__tok_s_mean" in k})
+    # A reused result is a row of its own with a note and no runs; it belongs to the
+    # configuration (same candidate key) whose measurement it repeated.
+    reused: dict[str, list[int]] = {}
+    for r in trial_rows:
+        if r.get("note") and r["state"] == "COMPLETE" and r.get("candidate_key"):
+            reused.setdefault(str(r["candidate_key"]), []).append(int(r["trial"]))
     rows: dict[str, Row] = {}
     for key, point in evidence.points.items():
         trials = point.trials
@@ -204,7 +213,10 @@ def build_report(
             per_scenario=tuple(
                 (sc, _mean([_f(r.get(f"{sc}__tok_s_mean")) for r in measured])) for sc in scenarios
             ),
-        )
+            reused_by=tuple(sorted({
+                t for r in measured for t in reused.get(str(r.get("candidate_key")), ())
+            })),
+        )  # fmt: skip
     baseline_key = next((k for k, r in rows.items() if r.role == "baseline"), None)
     if baseline_key is not None:
         base = evidence.points[baseline_key].estimate
@@ -294,6 +306,10 @@ def format_table(report: StudyReport, limit: int = 10) -> str:
             tag += " (picked)"
         if r.alarm:
             tag += " (acceptance alarm)"
+        if r.reused_by:
+            more = "…" if len(r.reused_by) > 4 else ""
+            which = "trial" if len(r.reused_by) == 1 else "trials"
+            tag += f" (reused by {which} {', '.join(str(t) for t in r.reused_by[:4])}{more})"
         acc = f"{r.accept_length:.2f}" if math.isfinite(r.accept_length) else "—"
         trials = ",".join(str(t) for t in r.trials[:4]) + ("…" if len(r.trials) > 4 else "")
         lines.append(

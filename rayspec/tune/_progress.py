@@ -1,0 +1,309 @@
+"""How a running study shows its progress: plain lines, or a live display on a terminal.
+
+The driver tells a progress object what happens (a line to print, a trial's phase, its runs,
+the restarts used and the pick so far); the object decides what to show.
+
+- :class:`PlainProgress` prints today's lines and nothing else: one per phase of a trial and
+  one per finished trial. It is the choice whenever the output is not a terminal (CI, pipes,
+  a log file), so logs read the same as before.
+- :class:`LiveProgress` (a terminal) prints the same finished-trial lines and keeps a live
+  panel under them (``rich``): restarts used of the budget, each running trial's phase
+  (starting server, warm-up, run k of n), the best so far and its gain over the baseline, the
+  time spent and an estimate of the time left.
+
+Thread safety: trial threads report phases and runs while the main thread prints; every method
+may be called from any thread.
+
+Example::
+
+    with make_progress(printer) as progress:
+        run_study(cfg, printer=progress.line, progress=progress)
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING
+from typing import TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.console import RenderableType
+    from rich.live import Live
+
+__all__ = ["LiveProgress", "PickView", "PlainProgress", "make_progress"]
+
+Printer = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class PickView:
+    """The pick so far, as the progress shows it.
+
+    Attributes:
+        tok_s: its estimate (tok/s).
+        trials: the trials that measured it.
+        gain: its gain over the baseline (0.25 = +25 %); None without a baseline, or when the
+            pick is the baseline.
+    """
+
+    tok_s: float
+    trials: tuple[int, ...]
+    gain: float | None = None
+
+    def describe(self) -> str:
+        trials = "+".join(str(t) for t in self.trials[:4])
+        text = f"{self.tok_s:.1f} tok/s (trial {trials})"
+        if self.gain is not None:
+            text += f", {self.gain * 100:+.0f} % vs baseline"
+        return text
+
+
+class PlainProgress:
+    """Plain lines through ``printer``: each phase of a trial, each finished trial.
+
+    Args:
+        printer: receives each line (the CLI timestamps and prints it).
+    """
+
+    def __init__(self, printer: Printer) -> None:
+        self.printer = printer
+
+    def line(self, text: str) -> None:
+        """A line that stays (a finished trial, the screen, a warning)."""
+        self.printer(text)
+
+    def phase(self, trial: int, phase: str) -> None:
+        """A running trial moved on (``starting server``, ``benchmarking``, ...)."""
+        self.printer(f"[trial {trial}] {phase}")
+
+    def trial_started(self, trial: int, what: str) -> None:
+        """A trial was handed to a slot; ``what`` is its configuration."""
+
+    def runs(self, trial: int, done: int, planned: int) -> None:
+        """``done`` measured runs of the objective scenario, of ``planned``."""
+
+    def trial_finished(self, trial: int) -> None:
+        """A trial's result is recorded."""
+
+    def status(self, *, used: int, budget: int, pick: PickView | None) -> None:
+        """Restarts used of the budget and the pick so far (also right after a resume)."""
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return None
+
+
+@dataclass
+class _Running:
+    what: str
+    phase: str = "placing"
+    done: int = 0
+    planned: int = 0
+    measuring: bool = False
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {secs:02d} s"
+    return f"{secs} s"
+
+
+class LiveProgress(PlainProgress):
+    """Finished-trial lines above a live panel of what runs now (``rich``, a terminal).
+
+    Args:
+        console: where to draw (default: a console on stdout).
+        warmup: whether trials warm up before their measured runs (``bench.warmup`` > 0).
+        max_wall_s: ``study.max_wall_s``, which bounds the estimate of the time left.
+        clock: seconds, monotonic (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        console: Console | None = None,
+        *,
+        warmup: bool = True,
+        max_wall_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from rich.console import Console
+
+        super().__init__(self._print)
+        self.console = console if console is not None else Console()
+        self.warmup = warmup
+        self.max_wall_s = max_wall_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._t0 = clock()
+        self._used = 0
+        self._budget = 0
+        self._first_used: int | None = None  # restarts used when this run started
+        self._pick: PickView | None = None
+        self._running: dict[int, _Running] = {}
+        self._live: Live | None = None
+
+    # -- what the driver reports -----------------------------------------------------------
+    def _print(self, text: str) -> None:
+        self.console.print(
+            f"{time.strftime('%H:%M:%S')} {text}", markup=False, highlight=False, soft_wrap=True
+        )
+
+    def phase(self, trial: int, phase: str) -> None:
+        with self._lock:
+            run = self._running.setdefault(trial, _Running(what=""))
+            run.phase = phase
+            if phase.startswith("close to the best"):
+                run.measuring = True
+        self._refresh()
+
+    def trial_started(self, trial: int, what: str) -> None:
+        with self._lock:
+            self._running[trial] = _Running(what=what)
+        self._refresh()
+
+    def runs(self, trial: int, done: int, planned: int) -> None:
+        with self._lock:
+            run = self._running.setdefault(trial, _Running(what=""))
+            run.done, run.planned, run.measuring = done, planned, True
+        self._refresh()
+
+    def trial_finished(self, trial: int) -> None:
+        with self._lock:
+            self._running.pop(trial, None)
+        self._refresh()
+
+    def status(self, *, used: int, budget: int, pick: PickView | None) -> None:
+        with self._lock:
+            if self._first_used is None:
+                self._first_used = used
+                self._t0 = self._clock()
+            self._used, self._budget, self._pick = used, budget, pick
+        self._refresh()
+
+    # -- what it shows ---------------------------------------------------------------------
+    def _phase_text(self, run: _Running) -> str:
+        if run.phase == "benchmarking" or run.phase.startswith("close to the best"):
+            if not run.measuring:
+                return "warm-up" if self.warmup else "run 1"
+            if run.planned:
+                return f"run {min(run.done + 1, run.planned)} of {run.planned}"
+            return f"run {run.done + 1}"
+        return run.phase
+
+    def _time_left(self, elapsed: float) -> str:
+        first = self._first_used if self._first_used is not None else self._used
+        launched = self._used - first
+        left = max(0, self._budget - self._used)
+        if left == 0:
+            return "no restarts left"
+        estimate = elapsed / launched * left if launched > 0 else None
+        if self.max_wall_s is not None:
+            wall_left = max(0.0, self.max_wall_s - elapsed)
+            estimate = wall_left if estimate is None else min(estimate, wall_left)
+        if estimate is None:
+            return "time left: after the first restart"
+        # An upper bound: the search stops early once nothing left could beat the pick.
+        return f"at most ~{_duration(estimate)} left"
+
+    def render(self) -> RenderableType:
+        """The live panel as it stands (the display redraws it a few times a second)."""
+        from rich.table import Table
+        from rich.text import Text
+
+        with self._lock:
+            elapsed = self._clock() - self._t0
+            grid = Table.grid(padding=(0, 1))
+            grid.add_column(style="bold", no_wrap=True)
+            grid.add_column(no_wrap=True, overflow="ellipsis")
+            if self._budget:
+                filled = int(round(16 * min(self._used, self._budget) / self._budget))
+                bar = "█" * filled + "░" * (16 - filled)
+                restarts = (
+                    f"{self._used}/{self._budget} {bar} {_duration(elapsed)} elapsed, "
+                    f"{self._time_left(elapsed)}"
+                )
+            else:
+                restarts = "starting"
+            grid.add_row("restarts", Text(restarts))
+            for number, run in sorted(self._running.items()):
+                what = f" · {run.what}" if run.what else ""
+                grid.add_row(f"trial {number}", Text(f"{self._phase_text(run)}{what}"))
+            pick = self._pick.describe() if self._pick is not None else "no pick yet"
+            grid.add_row("best so far", Text(pick))
+            return grid
+
+    def _refresh(self) -> None:
+        live = self._live
+        if live is not None:
+            live.refresh()
+
+    def __enter__(self) -> LiveProgress:
+        from rich.live import Live
+
+        self._live = Live(
+            get_renderable=self.render,
+            console=self.console,
+            refresh_per_second=2,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()
+
+
+def make_progress(
+    printer: Printer,
+    stream: TextIO | None = None,
+    *,
+    warmup: bool = True,
+    max_wall_s: float | None = None,
+) -> PlainProgress:
+    """A live display when ``stream`` (default stdout) is a terminal, else plain lines.
+
+    Args:
+        printer: where plain lines go (unused by the live display, which prints itself).
+        stream: the output to inspect.
+        warmup: whether trials warm up (``bench.warmup`` > 0).
+        max_wall_s: ``study.max_wall_s``.
+    """
+    stream = stream if stream is not None else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    if not (callable(isatty) and isatty()):
+        return PlainProgress(printer)
+    try:
+        from rich.console import Console
+    except ImportError:  # an install without rich: the plain lines still work
+        return PlainProgress(printer)
+    console = Console(file=stream)
+    if console.is_dumb_terminal:
+        return PlainProgress(printer)
+    return LiveProgress(console, warmup=warmup, max_wall_s=max_wall_s)
