@@ -112,6 +112,8 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
         "server.twin.fault",
     ),
     ("twin-profile", {"server": {"twin": {"profile": "no-such-node"}}}, [], "server.twin.profile"),
+    ("twin-tp-too-large", {}, ["server.tp_size=16"],
+     "server.tp_size: 16 is more than the 8 GPUs of the twin's node"),
 ]
 
 

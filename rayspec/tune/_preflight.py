@@ -104,9 +104,16 @@ def preflight(
         from rayspec.twin import load_profile
 
         try:
-            load_profile(cfg.server.twin.profile)
+            profile = load_profile(cfg.server.twin.profile)
         except (ValueError, OSError) as exc:
             raise ConfigError(f"server.twin.profile: {exc}") from None
+        gpus = profile.hardware.n_ranks
+        if cfg.server.tp_size > gpus:  # the twin, like SGLang, would fail to start every trial
+            raise ConfigError(
+                f"server.tp_size: {cfg.server.tp_size} is more than the {gpus} GPUs of the "
+                f"twin's node (profile {cfg.server.twin.profile}); use server.tp_size={gpus} or "
+                "a profile with more ranks"
+            )
     if launching:
         check_output_dir(cfg)
     local = not cfg.cluster.address

@@ -7,13 +7,18 @@ busy); ``/metrics`` under ``--enable-metrics``. Version gates: ``/server_info`` 
 ``/model_info`` from 0.5.12, ``/ready`` from 0.5.20, HTTP 400 for unknown ``sampling_params``
 keys from 0.5.22.
 
-The twin never stops at an end-of-sequence token: every request generates exactly its token
-budget (``finish_reason`` ``length``). ``cached_tokens`` is always 0 (no prefix cache).
+Ends as SGLang ends them: the token budget (``finish_reason`` ``length``), the model's
+end-of-sequence token unless ``ignore_eos`` (``stop``; the twin's answers run at least 512
+tokens, so short requests get their whole budget), a ``stop`` string or a ``stop_token_ids``
+token (``stop``, with ``matched``), none of them before ``min_new_tokens``. The benchmark client
+always sends ``ignore_eos``. ``/tokenize`` and ``/detokenize`` use the twin's words (one token
+per word). ``cached_tokens`` is always 0 (no prefix cache).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -22,6 +27,7 @@ import uuid
 from collections.abc import AsyncIterator
 from collections.abc import Awaitable
 from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
@@ -32,11 +38,16 @@ from rayspec.twin._engine import GenRequest
 from rayspec.twin._log import SglangLog
 from rayspec.twin._metrics import MetricsRegistry
 from rayspec.twin._resolve import Resolution
+from rayspec.twin._text import EOS_TOKEN_ID
+from rayspec.twin._text import TOKEN_ID_OFFSET
+from rayspec.twin._text import WORDS
 from rayspec.twin._text import completion_ids
 from rayspec.twin._text import corrupt_ids
 from rayspec.twin._text import count_prompt_tokens
 from rayspec.twin._text import delta_text
 from rayspec.twin._text import detokenize
+from rayspec.twin._text import encode
+from rayspec.twin._text import eos_position
 
 SAMPLING_KEYS = frozenset({
     "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
@@ -62,6 +73,75 @@ class ServerState:
     LOADING = "loading"
     WARMUP = "warmup"
     READY = "ready"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stops:
+    """What ends a request before its budget: SGLang's ``stop``, ``stop_token_ids``,
+    ``ignore_eos``, ``min_new_tokens`` and ``no_stop_trim`` sampling parameters."""
+
+    strings: tuple[str, ...] = ()
+    token_ids: frozenset[int] = frozenset()
+    ignore_eos: bool = False
+    min_new_tokens: int = 0
+    no_stop_trim: bool = False
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Stops:
+        """From ``sampling_params`` (or an OpenAI body: the same names, ``min_tokens``)."""
+        stop = params.get("stop")
+        strings = (stop,) if isinstance(stop, str) else tuple(str(s) for s in stop or ())
+        min_new = params.get("min_new_tokens", params.get("min_tokens")) or 0
+        return cls(
+            strings=tuple(s for s in strings if s),
+            token_ids=frozenset(int(t) for t in params.get("stop_token_ids") or ()),
+            ignore_eos=bool(params.get("ignore_eos")),
+            min_new_tokens=max(0, int(min_new)),
+            no_stop_trim=bool(params.get("no_stop_trim")),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _End:
+    """How a request ends, decided when it is submitted (the twin's text is known ahead)."""
+
+    finish: dict[str, Any]  # SGLang's meta_info finish_reason
+    trim_at: int | None = None  # the final text is cut here (a matched stop string)
+    drop_last: bool = False  # the matched stop token has no text
+
+
+def plan_end(ids: list[int], eos_at: int, max_new_tokens: int, stops: Stops) -> tuple[int, _End]:
+    """How many tokens a request generates, and how it ends.
+
+    Args:
+        ids: the completion's token ids, ``max_new_tokens`` of them.
+        eos_at: the position (1-based) of the model's end-of-sequence token.
+        max_new_tokens: the budget.
+        stops: the request's stop conditions (none is checked before ``min_new_tokens``).
+    """
+    eos = not stops.ignore_eos and stops.min_new_tokens < eos_at <= max_new_tokens
+    limit = eos_at - 1 if eos else max_new_tokens  # tokens with text before the end
+    if stops.token_ids or stops.strings:
+        longest = max((len(s) for s in stops.strings), default=0)
+        text = ""
+        for n in range(1, limit + 1):
+            token = ids[n - 1]
+            start = max(0, len(text) - longest + 1)
+            word = WORDS[(token - TOKEN_ID_OFFSET) % len(WORDS)]
+            text = f"{text} {word}" if text else word
+            if n <= stops.min_new_tokens:
+                continue
+            if token in stops.token_ids:
+                finish = {"type": "stop", "matched": token}
+                return n, _End(finish, drop_last=not stops.no_stop_trim)
+            hits = [(text.find(s, start), s) for s in stops.strings if s in text[start:]]
+            if hits:
+                at, matched = min(hits)
+                finish = {"type": "stop", "matched": matched}
+                return n, _End(finish, trim_at=None if stops.no_stop_trim else at)
+    if eos:  # the EOS token itself is generated (and counted), and has no text
+        return eos_at, _End({"type": "stop", "matched": EOS_TOKEN_ID})
+    return max_new_tokens, _End({"type": "length", "length": max_new_tokens})
 
 
 def _sse(obj: Any) -> bytes:
@@ -118,6 +198,7 @@ class TwinServer:
         self.model_name = str(self.args.get("served_model_name") or self.args["model_path"])
         self.health_timeout_s = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
         self.on_request_start: Callable[[], None] | None = None
+        self._ends: dict[int, _End] = {}  # engine request index -> how it ends
 
     @property
     def engine(self) -> Engine:
@@ -157,6 +238,11 @@ class TwinServer:
         r.add_post("/v1/completions", self.completions)
         r.add_post("/v1/chat/completions", self.chat_completions)
         r.add_get("/v1/models", self.models)
+        r.add_get("/v1/models/{model:.+}", self.model_card)
+        for path in ("/tokenize", "/v1/tokenize"):
+            r.add_post(path, self.tokenize)
+        for path in ("/detokenize", "/v1/detokenize"):
+            r.add_post(path, self.detokenize)
         if self.metrics is not None:
             r.add_get("/metrics", self.metrics_endpoint)
         return app
@@ -272,15 +358,60 @@ class TwinServer:
         self.engine.flush()
         return web.json_response({"updated": True, "server_args": updates})
 
+    def _card(self, model: str) -> dict[str, Any]:
+        return {
+            "id": model, "object": "model", "created": int(self.startup_time),
+            "owned_by": "sglang", "root": model, "max_model_len": self.args.get("context_length"),
+        }
+
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({
-            "object": "list",
-            "data": [{
-                "id": self.model_name, "object": "model", "created": int(self.startup_time),
-                "owned_by": "sglang", "root": self.model_name,
-                "max_model_len": self.args.get("context_length"),
-            }],
-        })
+        return web.json_response({"object": "list", "data": [self._card(self.model_name)]})
+
+    async def model_card(self, request: web.Request) -> web.Response:
+        """``GET /v1/models/{model}``: the served model's card, or OpenAI's 404."""
+        model = request.match_info["model"]
+        if model != self.model_name:
+            return web.json_response({"error": {
+                "message": f"The model '{model}' does not exist", "type": "invalid_request_error",
+                "param": "model", "code": "model_not_found",
+            }}, status=404)  # fmt: skip
+        return web.json_response(self._card(model))
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """``POST /tokenize`` and ``/v1/tokenize``: ``{"prompt": str | [str]}`` to
+        ``{"tokens", "count", "max_model_len"}``, in twin tokens (one per word, as
+        ``/generate`` counts a prompt)."""
+        body, refused = await self._json_body(request)
+        if refused is not None:
+            return refused
+        prompt = body.get("prompt")
+        max_len = int(self.args.get("context_length") or -1)
+        if isinstance(prompt, str):
+            ids = encode(prompt)
+            return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": max_len})
+        if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+            lists = [encode(p) for p in prompt]
+            return web.json_response({"tokens": lists, "count": [len(x) for x in lists],
+                                      "max_model_len": max_len})  # fmt: skip
+        return _error(400, f"Invalid prompt type: {type(prompt)}. Expected str or List[str].")
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        """``POST /detokenize`` and ``/v1/detokenize``: ``{"tokens": [int] | [[int]]}`` to
+        ``{"text"}``."""
+        body, refused = await self._json_body(request)
+        if refused is not None:
+            return refused
+        tokens = body.get("tokens")
+        if isinstance(tokens, list) and not tokens:
+            return web.json_response({"text": ""})
+        if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens):
+            return web.json_response({"text": detokenize(tokens)})
+        if isinstance(tokens, list) and all(
+            isinstance(ts, list) and all(isinstance(t, int) for t in ts) for ts in tokens
+        ):
+            return web.json_response({"text": [detokenize(ts) for ts in tokens]})
+        return _error(400, "Invalid input: 'tokens' must be a list of integers or of lists of "
+                      "integers.")  # fmt: skip
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
         if self.metrics is None:  # the route is only mounted with --enable-metrics
@@ -319,27 +450,56 @@ class TwinServer:
         return None
 
     def submit(self, prompt_key: str, prompt_tokens: int, max_new_tokens: int,
-               rid: str | None = None) -> GenRequest:
-        """Queue one generation in the engine (also used for the warmup request)."""
+               rid: str | None = None, stops: Stops | None = None) -> GenRequest:
+        """Queue one generation in the engine (also used for the warmup request).
+
+        Its end (budget, end-of-sequence, a stop string or token) is decided here: the twin's
+        text is known ahead, so the engine generates exactly the tokens up to it.
+        """
         if self.on_request_start is not None:
             self.on_request_start()
-        ids = completion_ids(self.seed, prompt_key, max(0, max_new_tokens))
+        budget = max(0, max_new_tokens)
+        ids = completion_ids(self.seed, prompt_key, budget)
         if self.corrupt_outputs:
             ids = corrupt_ids(ids, prompt_key)
-        return self.engine.submit(
+        eos_at = eos_position(self.seed, prompt_key)
+        n, end = plan_end(ids, eos_at, budget, stops or Stops())
+        ended_by_eos = end.finish["type"] == "stop" and end.finish["matched"] == EOS_TOKEN_ID
+        ids = ids[: n - 1] + [EOS_TOKEN_ID] if ended_by_eos else ids[:n]
+        req = self.engine.submit(
             rid=rid or uuid.uuid4().hex,
             prompt_tokens=prompt_tokens,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=n,
             output_ids=ids,
         )
+        self._ends[req.index] = end
+        while len(self._ends) > 4096:  # ends of requests long served
+            del self._ends[next(iter(self._ends))]
+        return req
+
+    def _finish(self, req: GenRequest) -> dict[str, Any]:
+        """The finish_reason of a finished request (``meta_info``'s form)."""
+        if req.aborted:
+            return {"type": "abort", "message": "aborted"}
+        end = self._ends.get(req.index)
+        return end.finish if end is not None else {"type": "length", "length": req.max_new_tokens}
+
+    def text_of(self, req: GenRequest, final: bool) -> str:
+        """The request's text so far; the final text without a matched stop string or token
+        (unless ``no_stop_trim``)."""
+        ids = req.output_so_far
+        end = self._ends.get(req.index) if final else None
+        if end is not None and end.drop_last:
+            ids = ids[:-1]
+        text = detokenize(ids)
+        if end is not None and end.trim_at is not None:
+            text = text[: end.trim_at]
+        return text
 
     def meta_info(self, req: GenRequest, final: bool) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "id": req.rid,
-            "finish_reason": (
-                {"type": "abort", "message": "aborted"} if final and req.aborted
-                else {"type": "length", "length": req.max_new_tokens} if final else None
-            ),
+            "finish_reason": self._finish(req) if final else None,
             "prompt_tokens": req.prompt_tokens,
             "weight_version": "default",
             "completion_tokens": req.output_tokens,
@@ -437,12 +597,16 @@ class TwinServer:
             unknown = sorted(set(one) - SAMPLING_KEYS)
             if unknown and self.version >= (0, 5, 22):
                 return _error(400, f"unknown field `{unknown[0]}` in sampling_params")
+        try:
+            stops = [Stops.from_params(one) for one in sps]
+        except (TypeError, ValueError) as exc:
+            return _error(400, f"invalid stop condition in sampling_params: {exc}")
         rid = body.get("rid")
         rids = rid if isinstance(rid, list) else [rid] * len(keys)
         reqs = [
             self.submit(key, n, int(one.get("max_new_tokens", 128)),
-                        rid=(r if len(keys) == 1 else None) or None)
-            for key, n, one, r in zip(keys, counts, sps, rids, strict=False)
+                        rid=(r if len(keys) == 1 else None) or None, stops=stop)
+            for key, n, one, r, stop in zip(keys, counts, sps, rids, stops, strict=False)
         ]
         if not body.get("stream"):
             try:
@@ -484,7 +648,7 @@ class TwinServer:
         if self.args.get("incremental_streaming_output"):
             return {"text": delta_text(ids, since), "output_ids": ids[since:],
                     "meta_info": self.meta_info(req, final)}
-        return {"text": detokenize(ids), "output_ids": ids,
+        return {"text": self.text_of(req, final), "output_ids": ids,
                 "meta_info": self.meta_info(req, final)}
 
     async def _die_forever(self) -> web.Response:
@@ -548,7 +712,11 @@ class TwinServer:
             max_tokens = body.get("max_tokens")
             max_tokens = 16 if max_tokens is None else max_tokens
             obj_kind = "text_completion"
-        req = self.submit(prompt_key, prompt_tokens, int(max_tokens))
+        try:
+            stops = Stops.from_params(body)
+        except (TypeError, ValueError) as exc:
+            return _error(400, f"invalid stop condition: {exc}")
+        req = self.submit(prompt_key, prompt_tokens, int(max_tokens), stops=stops)
         rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
         model = str(body.get("model") or self.model_name)
@@ -561,9 +729,11 @@ class TwinServer:
             except (asyncio.CancelledError, ConnectionError):
                 self.engine.abort(req)
                 raise
-            text = detokenize(req.output_so_far)
-            choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length",
-                                      "matched_stop": None}
+            text = self.text_of(req, final=True)
+            finish = self._finish(req)
+            choice: dict[str, Any] = {"index": 0, "logprobs": None,
+                                      "finish_reason": finish["type"],
+                                      "matched_stop": finish.get("matched")}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text,
                                      "reasoning_content": None, "tool_calls": None}
@@ -583,9 +753,12 @@ class TwinServer:
         resp = web.StreamResponse(headers=_SSE_HEADERS)
         await resp.prepare(request)
 
-        def chunk(delta: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
-            c: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish,
-                                 "matched_stop": None}
+        def chunk(delta: str | None, finish: dict[str, Any] | None,
+                  role: bool = False) -> dict[str, Any]:  # fmt: skip
+            c: dict[str, Any] = {
+                "index": 0, "logprobs": None, "finish_reason": finish["type"] if finish else None,
+                "matched_stop": finish.get("matched") if finish else None,
+            }  # fmt: skip
             if chat:
                 d: dict[str, Any] = {}
                 if role:
@@ -602,19 +775,33 @@ class TwinServer:
             return o
 
         try:
-            if chat:
-                await resp.write(_sse(chunk("", None, role=True)))
-            sent = 0
+            sent = 0  # characters of text sent
+            seen = 0  # tokens seen
             async for _ in self.engine.updates(req):
-                ids = req.output_so_far
-                if len(ids) > sent:
-                    await resp.write(_sse(chunk(delta_text(ids, sent), None)))
-                    sent = len(ids)
-                if req.finished:
-                    final = chunk(None if chat else "", "length")
-                    if spec_details:
-                        final["sglext"] = self._sglext(req)
-                    await resp.write(_sse(final))
+                if req.output_tokens == seen and not req.finished:
+                    continue
+                if chat and seen == 0:  # the role goes out with the first token, as SGLang's
+                    await resp.write(_sse(chunk("", None, role=True)))
+                seen = req.output_tokens
+                text = self.text_of(req, final=req.finished)
+                delta = text[sent:]
+                sent = max(sent, len(text))
+                ending = self._finish(req) if req.finished else None
+                if chat:  # content, then the finish in a chunk of its own (SGLang's chat)
+                    if delta:
+                        await resp.write(_sse(chunk(delta, None)))
+                    if ending is not None:
+                        final = chunk(None, ending)
+                        if spec_details:
+                            final["sglext"] = self._sglext(req)
+                        await resp.write(_sse(final))
+                    continue
+                # Completions: the finish_reason rides on the last content chunk.
+                if delta or ending is not None:
+                    out_chunk = chunk(delta, ending)
+                    if ending is not None and spec_details:
+                        out_chunk["sglext"] = self._sglext(req)
+                    await resp.write(_sse(out_chunk))
             if include_usage:
                 await resp.write(_sse({"id": rid, "object": chunk_kind, "created": created,
                                        "model": model, "choices": [],

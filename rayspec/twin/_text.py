@@ -17,6 +17,12 @@ WORDS: tuple[str, ...] = tuple(
     a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in ("", "n", "s", "r")
 )
 TOKEN_ID_OFFSET = 1000
+EOS_TOKEN_ID = TOKEN_ID_OFFSET - 1  # the twin model's end-of-sequence token (no text)
+# UNCALIBRATED: how long the twin's own answer to a prompt runs before its end-of-sequence
+# token: at least _EOS_MIN tokens, plus an exponential tail of mean _EOS_MEAN_TAIL. Long enough
+# that a short request always gets its whole budget; benchmarks send ignore_eos anyway.
+_EOS_MIN = 512
+_EOS_MEAN_TAIL = 512.0
 
 
 def count_prompt_tokens(text: str) -> int:
@@ -31,9 +37,31 @@ def completion_ids(seed: int, prompt_key: str, n: int) -> list[int]:
     return [TOKEN_ID_OFFSET + rng.randrange(len(WORDS)) for _ in range(n)]
 
 
+_WORD_INDEX = {word: i for i, word in enumerate(WORDS)}
+
+
+def encode(text: str) -> list[int]:
+    """Twin token ids of ``text``: one per whitespace-separated word (a word outside the twin's
+    vocabulary gets a stable id of its own), so ``detokenize(encode(t))`` gives back twin text."""
+    return [
+        TOKEN_ID_OFFSET
+        + _WORD_INDEX.get(w, zlib.crc32(w.encode("utf-8", "surrogatepass")) % len(WORDS))
+        for w in text.split()
+    ]
+
+
+def eos_position(seed: int, prompt_key: str) -> int:
+    """Where the twin's answer to ``prompt_key`` ends: the 1-based position of its
+    end-of-sequence token (the same for every start of one model, like greedy decoding)."""
+    crc = zlib.crc32(("eos:" + prompt_key).encode("utf-8", "surrogatepass"))
+    rng = random.Random((seed & 0xFFFFFFFF) << 32 | crc)
+    return _EOS_MIN + int(rng.expovariate(1.0 / _EOS_MEAN_TAIL))
+
+
 def detokenize(ids: list[int]) -> str:
-    """Space-joined words of ``ids`` (the first word has no leading space)."""
-    return " ".join(WORDS[(i - TOKEN_ID_OFFSET) % len(WORDS)] for i in ids)
+    """Space-joined words of ``ids`` (the first word has no leading space; the
+    end-of-sequence token has no text, as with ``skip_special_tokens``)."""
+    return " ".join(WORDS[(i - TOKEN_ID_OFFSET) % len(WORDS)] for i in ids if i != EOS_TOKEN_ID)
 
 
 def delta_text(ids: list[int], start: int) -> str:

@@ -95,6 +95,13 @@ WARMUP_ERROR = (
     '    assert res.status_code == 200, f"{res}"\n'
     "AssertionError: <Response [500]>"
 )
+INVALID_DEVICE = (
+    "torch.AcceleratorError: CUDA error: invalid device ordinal\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+    "stacktrace below might be incorrect.\n"
+    "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+)
 NCCL_TORCH_ERROR = (
     "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
     "NCCLUtils.cpp:77, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.27.5"
@@ -299,6 +306,12 @@ class _Startup:
         ns, log, res, faults, profile = self.ns, self.log, self.res, self.faults, self.profile
         await self._at(0.05)
         log.scheduler("Init torch distributed begin.")
+        gpus = profile.hardware.n_ranks
+        if ns.tp_size * ns.pp_size > gpus:
+            # SGLang starts one scheduler per rank on GPU base_gpu_id + rank; past the node's
+            # GPUs, torch refuses the device (the profile's node has n_ranks of them).
+            self._crash(INVALID_DEVICE, during_init=True)
+            return
         try:
             nccl = resolve_nccl(dict(os.environ), profile)
         except NcclError as exc:
