@@ -1,0 +1,82 @@
+"""The README's commands for reading a finished study (the report, pandas, DuckDB, the optuna
+CLI) run exactly as printed, from a folder laid out like the quickstart's: ``runs/eagle3-twin``
+and the venv at ``.venv``."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO
+from tests.report_tests.conftest import Study
+
+_FENCE = re.compile(r"```bash\n(.*?)```", re.S)
+
+
+def _readme_lines() -> list[str]:
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    return [
+        line.strip()
+        for block in _FENCE.findall(text)
+        for line in block.splitlines()
+        if line.strip().startswith(".venv/bin/")
+    ]
+
+
+def _reading_commands() -> list[str]:
+    """The lines that read a finished study folder (the ones that start servers, Ray or a web
+    UI are covered by the front-door tests or cannot run here)."""
+    keep = []
+    for line in _readme_lines():
+        if "optuna-dashboard" in line or "rayspec.tune" in line or "/tmp/ray/" in line:
+            continue
+        if "runs/eagle3-twin" in line or line.startswith(".venv/bin/pip install -q pandas"):
+            keep.append(line)
+    return keep
+
+
+def test_the_readme_shows_the_report_pandas_duckdb_and_optuna_commands() -> None:
+    cmds = _reading_commands()
+    for needle in ("-m rayspec.report", "import pandas", "import duckdb", "bin/optuna trials",
+                   "bin/optuna studies", "pip install -q pandas duckdb"):  # fmt: skip
+        assert any(needle in c for c in cmds), (needle, cmds)
+
+
+@pytest.fixture()
+def quickstart_folder(study: Study, tmp_path: object) -> str:
+    """A folder with ``runs/eagle3-twin`` (the simulated study) and ``.venv`` (this venv)."""
+    folder = str(tmp_path)
+    os.symlink(os.path.dirname(study.out_dir), os.path.join(folder, "runs"))
+    os.symlink(sys.prefix, os.path.join(folder, ".venv"))
+    assert os.path.basename(study.out_dir) == "eagle3-twin"
+    return folder
+
+
+@pytest.mark.parametrize("command", _reading_commands())
+def test_each_command_works_as_printed(command: str, quickstart_folder: str, study: Study) -> None:
+    if not os.path.exists(os.path.join(sys.prefix, "bin", "python")):
+        pytest.skip(f"the tests do not run in a venv with bin/python ({sys.prefix})")
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=quickstart_folder, env=env, capture_output=True,
+        text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+    picked = study.outcome.report.best
+    assert picked is not None
+    if "pandas as pd" in command or "'runs/eagle3-twin/trials" in command:
+        assert picked.label in done.stdout  # the picked configuration's rows are there
+        assert "FAIL" in done.stdout  # the wrong_output trial too, with its null value
+    if "rayspec.report" in command:
+        assert "report.md" in done.stdout
+    if "requests/" in command:
+        assert "ttft_ms" in done.stdout
+    if "optuna trials" in command:
+        assert "candidate:" in done.stdout and "failure_reason: wrong_output" in done.stdout
+    if "optuna studies" in command:
+        assert "eagle3-twin" in done.stdout and "twin_profile" in done.stdout
