@@ -467,8 +467,9 @@ def _patch_probes(monkeypatch, fakes: NodeProbes) -> list[object]:
 
     started: list[object] = []
     monkeypatch.setattr(ray, "init", lambda *a, **k: started.append((a, k)))
-    monkeypatch.setattr(_node, "probe_sglang", fakes.sglang)
-    monkeypatch.setattr(_node, "load_nvml", fakes.nvml)
+    # default_probes() builds the real probes from these names in its own module.
+    monkeypatch.setattr(_node._check, "probe_sglang", fakes.sglang)
+    monkeypatch.setattr(_node._check, "load_nvml", fakes.nvml)
     return started
 
 
