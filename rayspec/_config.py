@@ -89,6 +89,8 @@ DEAD_FLAGS = ("--num-continuous-decode-steps",)
 OBJECTIVES = ("tok_s_mean", "tok_s_min", "tok_s_ci95_low", "tok_s_peak")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESOURCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:/-]*$")
+_RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([.\w]*)$")
 
 
@@ -155,8 +157,11 @@ class ClusterConfig:
     include_dashboard: bool = True
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 8265
-    # Trials at once; 0: as many as the cluster's GPUs hold (GPUs // tp_size).
+    # Trials at once; 0: as many as the cluster holds (per node, its GPUs // tp_size).
     max_concurrent_trials: int = 1
+    # A Ray custom resource every usable node declares (e.g. "h200": `ray start --resources
+    # '{"h200": 1}'`); trials run only on such nodes. "": any node with the GPUs.
+    node_resource: str = ""
 
 
 @dataclass
@@ -560,6 +565,13 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("cluster.max_concurrent_trials", "must be 0 (auto) or more")
     if not cfg.cluster.dashboard_host:
         raise _fail("cluster.dashboard_host", "must not be empty")
+    res = cfg.cluster.node_resource
+    if res and (res in _RAY_BUILTIN_RESOURCES or not _RESOURCE_NAME.match(res)):
+        raise _fail(
+            "cluster.node_resource",
+            f"{res!r} is not a custom resource name (letters, digits, _ . - / :; not "
+            f"{', '.join(_RAY_BUILTIN_RESOURCES)}), e.g. node_resource=h200",
+        )
 
 
 def _validate_env(cfg: ExperimentConfig) -> None:

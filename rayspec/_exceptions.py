@@ -37,7 +37,13 @@ class FailureReason(str, enum.Enum):
     WRONG_OUTPUT = "wrong_output"  # fast but not the baseline's greedy output (the gate)
     INFEASIBLE = "infeasible"  # rejected before launch: never cost a server start
     INTERRUPTED = "interrupted"  # the driver died while the trial ran
+    NODE_LOST = "node_lost"  # the trial's Ray node died mid-trial; retried once elsewhere
     UNKNOWN = "unknown"
+
+
+# Failures of the cluster or the driver, not of the configuration: they teach the search
+# nothing, and the configuration is tried again.
+NOT_THE_CONFIG = frozenset({FailureReason.INTERRUPTED.value, FailureReason.NODE_LOST.value})
 
 
 class RayspecError(Exception):

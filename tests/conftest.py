@@ -14,20 +14,28 @@ from collections.abc import Iterator  # noqa: E402
 import pytest  # noqa: E402
 
 
+def start_local_ray() -> None:
+    """The session's private local cluster with 8 fake GPUs (``address="local"`` never joins
+    another); a test that needs another cluster shuts it down and calls this again after."""
+    import ray
+
+    ray.init(
+        address="local",
+        num_cpus=4,
+        num_gpus=8,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=200 * 1024**2,
+        _temp_dir=tempfile.mkdtemp(prefix="rayspec-ray-"),
+    )
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
     """A private local cluster with 8 fake GPUs (``address="local"`` never joins another)."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(
-            address="local",
-            num_cpus=4,
-            num_gpus=8,
-            include_dashboard=False,
-            log_to_driver=False,
-            object_store_memory=200 * 1024**2,
-            _temp_dir=tempfile.mkdtemp(prefix="rayspec-ray-"),
-        )
+        start_local_ray()
     yield
     ray.shutdown()

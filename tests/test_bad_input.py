@@ -114,6 +114,10 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
     ("twin-profile", {"server": {"twin": {"profile": "no-such-node"}}}, [], "server.twin.profile"),
     ("twin-tp-too-large", {}, ["server.tp_size=16"],
      "server.tp_size: 16 is more than the 8 GPUs of the twin's node"),
+    ("node-resource-builtin", {}, ["cluster.node_resource=GPU"],
+     "cluster.node_resource: 'GPU' is not a custom resource name"),
+    ("node-resource-spaces", {"cluster": {"node_resource": "h200 nodes"}}, [],
+     "cluster.node_resource: 'h200 nodes' is not a custom resource name"),
 ]
 
 

@@ -62,6 +62,7 @@ class RayNcclScreen(BaseNcclScreen):
         device: ``cuda`` or ``cpu``.
         iters: timed all-reduces per size.
         warmup: untimed all-reduces per size.
+        node_resource: a Ray custom resource the node must declare (``cluster.node_resource``).
 
     Example::
 
@@ -81,8 +82,10 @@ class RayNcclScreen(BaseNcclScreen):
         device: str = "cuda",
         iters: int = 50,
         warmup: int = 10,
+        node_resource: str = "",
     ) -> None:
         self.world_size = world_size
+        self.node_resource = node_resource  # a custom resource the node must declare
         self.python = python
         self._options: dict[str, Any] = {
             "python": python,
@@ -149,6 +152,7 @@ class RayNcclScreen(BaseNcclScreen):
         if self._actor is None:
             import ray
 
+            resources = {self.node_resource: 0.001} if self.node_resource else None
             cls = ray.remote(num_cpus=0, num_gpus=self.world_size)(_NcclScreenActor)
-            self._actor = cls.remote(self.world_size, self._options)
+            self._actor = cls.options(resources=resources).remote(self.world_size, self._options)
         return self._actor

@@ -35,6 +35,7 @@ from typing import Any
 
 from rayspec._config import ADAPTIVE_SUFFIX
 from rayspec._config import SPEC_OFF
+from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
 from rayspec._types import TrialState
@@ -194,7 +195,7 @@ class StructuredSearch:
         banned: set[tuple[tuple[str, str], ...]] = set()
         by_spec: dict[SpecSettings | None, list[Observation]] = {}
         for o in observations:
-            if o.state is TrialState.FAIL and o.failure not in (None, "interrupted"):
+            if o.state is TrialState.FAIL and o.failure not in (None, *NOT_THE_CONFIG):
                 if o.failure in NCCL_FAILURES:
                     banned.add(o.candidate.nccl_env)
                 else:

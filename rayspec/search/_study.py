@@ -13,8 +13,9 @@ How outcomes are told (:meth:`StudyHandle.tell`):
   trials below every feasible one), so a configuration that cannot run teaches the sampler to
   stay away; ``study.best_trial`` and optuna-dashboard show the trial as infeasible. The
   Parquet row and the ``state`` user attribute keep rayspec's FAIL and its reason.
-- FAIL because the driver stopped (interrupted): Optuna's FAIL; the configuration is queued
-  again, and says nothing about the configuration.
+- FAIL because the driver stopped (interrupted) or the trial's node died (node_lost): Optuna's
+  FAIL; the configuration is queued again (a lost node's trial once), and says nothing about
+  the configuration.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from optuna.trial import TrialState as OptunaState
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._config import Sampler
+from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import ConfigError
-from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
@@ -67,6 +68,7 @@ ATTR_REUSED_FROM = "reused_from"
 ATTR_ROLE = "role"
 ATTR_REASON = "reason"
 ATTR_REPEAT_OF = "repeat_of"
+ATTR_NODE_RETRY = "node_lost_retry"  # a retry of a trial whose node died (retried only once)
 ROLE_BASELINE_AGAIN = "baseline#2"
 CONSTRAINT_FAILED = "failed"
 # Trial metrics copied to each trial's user attributes (optuna-dashboard shows them).
@@ -296,7 +298,7 @@ class StudyHandle:
             self._study.tell(trial.number, result.value, skip_if_finished=True)
         elif result.state is TrialState.PRUNED:
             self._study.tell(trial.number, state=OptunaState.PRUNED, skip_if_finished=True)
-        elif result.failure == FailureReason.INTERRUPTED.value:
+        elif result.failure in NOT_THE_CONFIG:
             self._study.tell(trial.number, state=OptunaState.FAIL, skip_if_finished=True)
         else:
             trial._trial.set_constraint(CONSTRAINT_FAILED, 1.0)
@@ -385,6 +387,25 @@ class StudyHandle:
             if key in trial.attrs:
                 attrs[key] = trial.attrs[key]
         self._study.enqueue_trial(params, user_attrs=attrs)
+
+    def retry_elsewhere(self, trial: TrialHandle) -> bool:
+        """Queue the configuration of a trial whose node died again, once: False when
+        ``trial`` is itself such a retry (its configuration is not queued a third time).
+
+        The retry's ``retry_of`` points at ``trial``, as an interrupted trial's does, so the
+        lost trial counts as retried and the retry keeps its role, reason and ``repeat_of``.
+        """
+        if trial.attrs.get(ATTR_NODE_RETRY):
+            return False
+        params = trial.params
+        attrs: dict[str, Any] = {
+            ATTR_RETRY_OF: trial.number, ATTR_QUEUED: params, ATTR_NODE_RETRY: trial.number,
+        }  # fmt: skip
+        for key in (ATTR_ROLE, ATTR_REASON, ATTR_REPEAT_OF):
+            if key in trial.attrs:
+                attrs[key] = trial.attrs[key]
+        self._study.enqueue_trial(params, user_attrs=attrs)
+        return True
 
     def fail(self, number: int) -> None:
         """Mark a trial FAIL (no-op when it already finished)."""

@@ -160,6 +160,10 @@ class ServerActor:
         """The IP address of the node this actor (and its server) runs on."""
         return str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
 
+    def node_id(self) -> str:
+        """The Ray node id of the node this actor runs on (several nodes may share an IP)."""
+        return str(ray.get_runtime_context().get_node_id())
+
     def pids(self) -> list[int]:
         """The reaper's pid and every descendant's, as they exist now (for checks)."""
         tree = getattr(self._backend, "process_tree", None)

@@ -188,7 +188,7 @@ def _run(cfg: ExperimentConfig) -> int:
         try:
             with progress:
                 outcome = run_study(
-                    cfg, printer=progress.line, slots=cluster.slots, write_report=True,
+                    cfg, printer=progress.line, slots=cluster.room, write_report=True,
                     progress=progress,
                 )  # fmt: skip
         finally:

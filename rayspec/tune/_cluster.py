@@ -16,7 +16,11 @@ from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
 from rayspec._plural import plural
 
-__all__ = ["ClusterHandle", "connect", "disconnect"]
+__all__ = ["ClusterHandle", "connect", "disconnect", "room"]
+
+# What a trial's ServerActor asks of cluster.node_resource: a sliver, so it only selects nodes
+# (the GPUs are what limits trials per node).
+NODE_RESOURCE_SHARE = 0.001
 
 
 @dataclass(frozen=True)
@@ -26,12 +30,45 @@ class ClusterHandle:
     gpus: float
     slots: int
     dashboard_url: str
+    tp_size: int = 1
+    node_resource: str = ""
+    max_concurrent_trials: int = 0
+    nodes: int = 1
 
     def describe(self) -> str:
         where = "local Ray cluster" if self.local else f"Ray cluster at {self.address}"
         dash = f"; Ray dashboard: http://{self.dashboard_url}" if self.dashboard_url else ""
         at_once = plural(self.slots, "trial")
-        return f"{where}: {plural(self.gpus, 'GPU')}, {at_once} at once{dash}"
+        nodes = ""
+        if self.nodes != 1 or self.node_resource:
+            with_res = f" with {self.node_resource}" if self.node_resource else ""
+            nodes = f"{plural(self.nodes, 'node')}{with_res}, "
+        return f"{where}: {nodes}{plural(self.gpus, 'GPU')}, {at_once} at once{dash}"
+
+    def room(self) -> int:
+        """Trials that fit at once now (nodes come and go): see :func:`room`."""
+        return room(self.tp_size, self.node_resource, self.max_concurrent_trials)
+
+
+def _usable_nodes(node_resource: str) -> list[dict[str, float]]:
+    """The resources of each alive node a trial may use."""
+    import ray
+
+    out = []
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        resources = node.get("Resources") or {}
+        if node.get("Alive") and (not node_resource or resources.get(node_resource, 0) > 0):
+            out.append({str(k): float(v) for k, v in resources.items()})
+    return out
+
+
+def room(tp_size: int, node_resource: str = "", max_concurrent_trials: int = 0) -> int:
+    """Trials that fit on the cluster at once: over the alive nodes (those declaring
+    ``node_resource`` when it is set), the sum of each node's ``GPUs // tp_size`` (a trial's
+    GPUs are on one node, so two 4-GPU halves of different nodes hold no TP8 trial); capped by
+    ``max_concurrent_trials`` when it is above 0."""
+    fit = sum(int(n.get("GPU", 0.0) // tp_size) for n in _usable_nodes(node_resource))
+    return min(fit, max_concurrent_trials) if max_concurrent_trials > 0 else fit
 
 
 def _is_loopback(host: str) -> bool:
@@ -66,17 +103,27 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
             address="local",
             num_cpus=cl.num_cpus,
             num_gpus=num_gpus,
+            # The private cluster's one node is a usable node.
+            resources={cl.node_resource: 1.0} if cl.node_resource else None,
             include_dashboard=cl.include_dashboard,
             dashboard_host=cl.dashboard_host,
             dashboard_port=cl.dashboard_port,
             logging_level=logging.WARNING,
             log_to_driver=False,
         )
-    gpus = float(ray.cluster_resources().get("GPU", 0.0))  # type: ignore[no-untyped-call]
-    capacity = int(gpus // tp)
+    nodes = _usable_nodes(cl.node_resource)
+    gpus = sum(n.get("GPU", 0.0) for n in nodes)
+    capacity = room(tp, cl.node_resource)
     if capacity < 1:
         ray.shutdown()
-        raise ConfigError(f"server.tp_size: a trial needs {tp} GPUs and the cluster has {gpus:g}")
+        if cl.node_resource and not nodes:
+            raise ConfigError(
+                f"cluster.node_resource: no alive node declares {cl.node_resource!r}"
+            )
+        raise ConfigError(
+            f"server.tp_size: a trial needs {tp} GPUs on one node and no "
+            f"{'usable ' if cl.node_resource else ''}node has them ({gpus:g} GPUs in all)"
+        )
     wanted = cl.max_concurrent_trials or capacity
     return ClusterHandle(
         address=cl.address or "local",
@@ -84,6 +131,10 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
         gpus=gpus,
         slots=min(wanted, capacity),
         dashboard_url=str(getattr(ctx, "dashboard_url", "") or ""),
+        tp_size=tp,
+        node_resource=cl.node_resource,
+        max_concurrent_trials=cl.max_concurrent_trials,
+        nodes=len(nodes),
     )
 
 

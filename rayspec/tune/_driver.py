@@ -298,6 +298,53 @@ class _Budget:
         return ""
 
 
+class _Room:
+    """Slots for running trials: how many fit now, and a slot number for each.
+
+    A fixed count, or a function asked for the cluster's room now. Slot numbers are reused
+    in the order they were freed (oldest first), so a port a stopped server just left gets a
+    moment before another server binds it.
+    """
+
+    poll_s: float | None
+    # With no trial running and no room, how long to wait for a node before giving up.
+    _WAIT_FOR_NODE_S = 120.0
+
+    def __init__(self, slots: int | Callable[[], int]) -> None:
+        self._ask = slots if callable(slots) else None
+        self.dynamic = self._ask is not None
+        self._fixed = 0 if callable(slots) else int(slots)
+        self._free: list[int] = []
+        self._next = 0
+        self.poll_s = 2.0 if self._ask is not None else None
+        self.max_workers = max(1, self._fixed) if self._ask is None else 256
+        self.none_left = "no node has room for a trial (server.tp_size GPUs on one node)"
+
+    def now(self) -> int:
+        return self._ask() if self._ask is not None else self._fixed
+
+    def free(self, running: int) -> bool:
+        return running < min(self.now(), self.max_workers)
+
+    def take(self) -> int:
+        if self._free:
+            return self._free.pop(0)
+        self._next += 1
+        return self._next - 1
+
+    def give_back(self, slot: int) -> None:
+        self._free.append(slot)
+
+    def wait_for_room(self) -> bool:
+        """With nothing running: whether room appeared (a node joined) before the wait ends."""
+        deadline = time.monotonic() + self._WAIT_FOR_NODE_S
+        while self.now() < 1:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1.0)
+        return True
+
+
 def idle_reason(cfg: ExperimentConfig) -> str:
     """Why a stored study has nothing left to run ("" when it has, or when it is new).
 
@@ -321,7 +368,7 @@ def run_study(
     cfg: ExperimentConfig,
     *,
     printer: Printer = print,
-    slots: int = 1,
+    slots: int | Callable[[], int] = 1,
     trial_fn: Callable[..., TrialResult] = run_trial,
     screen: BaseNcclScreen | None = None,
     write_report: bool = False,
@@ -332,7 +379,10 @@ def run_study(
     Args:
         cfg: the experiment.
         printer: receives the progress lines.
-        slots: trials that may run at once.
+        slots: trials that may run at once, or a function that says how many fit now (on a
+            Ray cluster whose nodes come and go: :meth:`ClusterHandle.room`); asked before
+            each launch and every few seconds while trials run. Each running trial has its
+            own slot number (its port is ``server.port`` + slot), so ports never collide.
         trial_fn: runs one trial (the real one starts servers through Ray actors; the search
             benchmark passes a simulated one).
         screen: the NCCL screen to use instead of the engine's own.
@@ -447,7 +497,7 @@ def run_study(
                 _chains(observations), expected=cfg.study.expect_accept_length,
             )  # fmt: skip
         if result.launch is not None and result.failure != FailureReason.INTERRUPTED.value:
-            budget.restarts += 1
+            budget.restarts += 1  # a trial lost with its node did start a server: it counts
         extra = _extra(trial, result, runs, budget.restarts)
         if alarm:
             extra["alarm"] = alarm
@@ -496,12 +546,12 @@ def run_study(
         return handle.ask(proposal.candidate, reason=proposal.reason, repeat_of=proposal.repeat_of)
 
     pending: dict[cf.Future[TrialResult], tuple[TrialHandle, int]] = {}
-    free_slots = list(range(slots))
+    room = _Room(slots)
     instant_in_a_row = 0
-    with cf.ThreadPoolExecutor(max_workers=slots, thread_name_prefix="trial") as pool:
+    with cf.ThreadPoolExecutor(max_workers=room.max_workers, thread_name_prefix="trial") as pool:
         try:
             while True:
-                while free_slots:
+                while room.free(len(pending)):
                     why = budget.why_not(len(pending))
                     if why:
                         stopped = stopped or why
@@ -522,7 +572,7 @@ def run_study(
                             break
                         continue
                     instant_in_a_row = 0
-                    slot = free_slots.pop(0)
+                    slot = room.take()
                     live[trial.number] = trial
                     evidence_at_start[trial.number] = weigh(
                         observations, start_noise=cfg.study.start_noise, equivalent=equivalent
@@ -534,12 +584,27 @@ def run_study(
                     )  # fmt: skip
                     pending[future] = (trial, slot)
                 if not pending:
-                    break
-                finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                    if stopped or not room.dynamic:
+                        break
+                    if not room.wait_for_room():  # every usable node is gone
+                        stopped = room.none_left
+                        break
+                    continue
+                finished, _ = cf.wait(
+                    pending, timeout=room.poll_s, return_when=cf.FIRST_COMPLETED
+                )  # a node that joins meanwhile is used without waiting for a trial to end
                 for future in finished:
                     trial, slot = pending.pop(future)
-                    free_slots.append(slot)
-                    record(trial, future.result(), None)
+                    room.give_back(slot)
+                    result = future.result()
+                    record(trial, result, None)
+                    if result.failure == FailureReason.NODE_LOST.value:
+                        again = handle.retry_elsewhere(trial)
+                        printer(
+                            f"trial {trial.number}: its node died ({result.node}); "
+                            + ("queued again for another node" if again
+                               else "not queued again (it was the retry of a lost trial)")
+                        )  # fmt: skip
                 if stopped and stopped.startswith("the sampler"):
                     break
         except BaseException:

@@ -104,8 +104,9 @@ def _make_screen(cfg: ExperimentConfig) -> BaseNcclScreen | None:
         # The all-reduce microbenchmark on a node, holding a trial's GPUs, under the servers'
         # interpreter; the driver calls the screen once Ray is connected.
         return RayNcclScreen(
-            world_size=cfg.server.tp_size, python=cfg.server.python or sys.executable
-        )
+            world_size=cfg.server.tp_size, python=cfg.server.python or sys.executable,
+            node_resource=cfg.cluster.node_resource,
+        )  # fmt: skip
     return None
 
 

@@ -36,11 +36,14 @@ from rayspec.bench import summarize
 from rayspec.server import ServerActor
 from rayspec.server import build_launch
 from rayspec.server import parse_decode_lines
+from rayspec.tune._cluster import NODE_RESOURCE_SHARE
 
 __all__ = [
     "bench_plan",
     "extension_plan",
     "failed_result",
+    "node_alive",
+    "node_lost",
     "objective_scenario",
     "run_trial",
     "trial_result",
@@ -53,6 +56,9 @@ PhaseCallback = Callable[[int, str], None]
 # or stop (pruned).
 RunsCallback = Callable[[int, Sequence[float]], RunDecision]
 _POLL_S = 0.5
+# How long an actor's death may precede Ray marking its node dead (the GCS health check:
+# 5 missed checks 3 s apart by default) before the death is put down to something else.
+_NODE_DEATH_WAIT_S = 20.0
 
 
 class _LiveActors:
@@ -180,11 +186,39 @@ def failed_result(
     )
 
 
-def _node_id_of_ip(ip: str) -> str | None:
+def node_alive(node_id: str) -> bool:
+    """Whether Ray counts the node alive now (an unknown node is not)."""
     for node in ray.nodes():  # type: ignore[no-untyped-call]
-        if node.get("Alive") and node.get("NodeManagerAddress") == ip:
-            return str(node["NodeID"])
-    return None
+        if node.get("NodeID") == node_id:
+            return bool(node.get("Alive"))
+    return False
+
+
+def node_lost(node_id: str, exc: BaseException | None = None, wait_s: float | None = None) -> bool:
+    """Whether the trial's node died: asked after one of its actors failed.
+
+    An actor's death can reach the driver a little before Ray marks the node dead, so after
+    an actor error the node gets up to ``wait_s`` to be marked; after any other error (or
+    none) only its state now counts.
+    """
+    if not node_id:
+        return False
+    if not isinstance(exc, ray.exceptions.RayActorError):
+        return not node_alive(node_id)
+    deadline = time.monotonic() + (_NODE_DEATH_WAIT_S if wait_s is None else wait_s)
+    while True:
+        if not node_alive(node_id):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.25)
+
+
+def _lost_detail(node: str, what: str) -> str:
+    return (
+        f"the trial's Ray node ({node}) died {what}; the configuration is tried again "
+        "on another node (once)"
+    )
 
 
 def run_trial(
@@ -216,20 +250,26 @@ def run_trial(
         trial=number,
     )
     os.makedirs(os.path.dirname(launch.log_path), exist_ok=True)
+    # The trial's GPUs on one node (num_gpus never spans nodes), on a node that declares
+    # cluster.node_resource when it is set.
+    resource = cfg.cluster.node_resource
     server = ServerActor.options(  # type: ignore[attr-defined]
         num_gpus=cfg.server.tp_size,
+        resources={resource: NODE_RESOURCE_SHARE} if resource else None,
         name=f"rayspec-server-trial-{number}",
     ).remote()
     LIVE_ACTORS.add(number, server)
     bench = None
     node_ip = ""
+    node_id = ""
+    lost = False
     try:
         phase(number, "placing")
         node_ip = ray.get(server.node_ip.remote())
-        node_id = _node_id_of_ip(node_ip)
-        strategy = (
-            NodeAffinitySchedulingStrategy(node_id=node_id, soft=False) if node_id else "DEFAULT"
-        )
+        node_id = ray.get(server.node_id.remote())
+        node_ip = f"{node_ip} {node_id[:12]}"  # several nodes may share an address
+        # The client on the server's node: its load stays on loopback.
+        strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
         bench = BenchActor.options(
             name=f"rayspec-bench-trial-{number}", scheduling_strategy=strategy
         ).remote()
@@ -245,7 +285,10 @@ def run_trial(
         if failure is not None:
             reason, text = failure
             if reason is not FailureReason.STALLED_STREAM and not _alive(server):
-                reason = _death_reason(server)
+                lost = node_lost(node_id, ray.exceptions.RayActorError())
+                reason = FailureReason.NODE_LOST if lost else _death_reason(server)
+                if lost:
+                    text = _lost_detail(node_ip, "while it was measured") + f"; {text}"
             return failed_result(
                 number, candidate, reason, f"a request failed: {text}"[:2000], launch=launch,
                 start=start, log_tail=_log_tail(server, launch),
@@ -261,13 +304,20 @@ def run_trial(
             log_tail=exc.log_tail or _log_tail(server, launch), node=node_ip,
         )  # fmt: skip
     except ray.exceptions.RayError as exc:
+        lost = not LIVE_ACTORS.stopping and node_lost(node_id, exc)
+        if lost:
+            return failed_result(
+                number, candidate, FailureReason.NODE_LOST,
+                _lost_detail(node_ip, "mid-trial"), launch=launch, start=start,
+                log_tail=_log_tail(server, launch), node=node_ip,
+            )  # fmt: skip
         return failed_result(
             number, candidate, FailureReason.UNKNOWN, _message(exc)[:2000],
             launch=launch, start=start, log_tail=_log_tail(server, launch), node=node_ip,
         )  # fmt: skip
     finally:
         phase(number, "stopping server")
-        _stop(server, cfg.server.stop_timeout_s)
+        _stop(server, cfg.server.stop_timeout_s, quiet=lost)
         if bench is not None:
             ray.kill(bench)
         LIVE_ACTORS.drop(number)
@@ -459,11 +509,11 @@ def _log_tail(server: Any, launch: LaunchSpec, lines: int = 40) -> str:
         return ""
 
 
-def _stop(server: Any, timeout_s: float) -> None:
+def _stop(server: Any, timeout_s: float, *, quiet: bool = False) -> None:
     try:
         ray.get(server.stop.remote(), timeout=timeout_s + 10)
     except (ray.exceptions.RayError, TimeoutError) as exc:
-        if LIVE_ACTORS.stopping:  # the driver killed it: nothing to report
+        if LIVE_ACTORS.stopping or quiet:  # the driver killed it, or its node died
             _log.debug("server actor already stopped by the driver: %s", exc)
         else:
             first = _message(exc).strip().splitlines()
