@@ -6,6 +6,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 
+from rayspec._exceptions import FailureReason
 from rayspec._plural import plural
 
 
@@ -145,7 +146,8 @@ class RequestRecord:
 
     Times are client-side (``time.perf_counter`` differences) except the ``*_unix_s`` stamps.
     ``accept_length`` is ``completion_tokens / spec_verify_ct`` of this request: run-scoped,
-    not SGLang's lifetime average.
+    not SGLang's lifetime average. A failed request has ``failure`` (its class) and ``error``
+    (what happened); either alone is normalised to both at construction.
     """
 
     scenario: str
@@ -160,12 +162,23 @@ class RequestRecord:
     start_unix_s: float
     spec_verify_ct: int | None = None
     accept_length: float | None = None
-    error: str | None = None
+    error: str | None = None  # the failure's message
     output_ids: tuple[int, ...] | None = None  # the greedy output (the correctness gate)
+    failure: FailureReason | None = None
+
+    def __post_init__(self) -> None:
+        # Normalise once: the class is typed (text is accepted, as stored), and a message
+        # without a class is unknown rather than silently successful.
+        if self.failure is not None:
+            object.__setattr__(self, "failure", FailureReason(self.failure))
+            if self.error is None:
+                object.__setattr__(self, "error", self.failure.value)
+        elif self.error is not None:
+            object.__setattr__(self, "failure", FailureReason.UNKNOWN)
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        return self.failure is None
 
     @property
     def output_tok_s(self) -> float:

@@ -135,24 +135,9 @@ class _Partial(Exception):
         self.cause = cause
 
 
-def failure_message(reason: FailureReason, message: str) -> str:
-    """The ``RequestRecord.error`` text: ``"<reason value>: <message>"``.
-
-    The prefix is a :class:`~rayspec.FailureReason` value, so :func:`failure_of` can classify a
-    recorded error without guessing from free text.
-    """
-    return f"{reason.value}: {message}"
-
-
 def failure_of(record: RequestRecord) -> FailureReason | None:
     """The class of a recorded request error (None for a successful request)."""
-    if record.error is None:
-        return None
-    head, _, _ = record.error.partition(": ")
-    try:
-        return FailureReason(head)
-    except ValueError:
-        return FailureReason.UNKNOWN
+    return record.failure
 
 
 class StreamClient:
@@ -467,11 +452,11 @@ class StreamClient:
         index: int,
         concurrency: int,
     ) -> RequestRecord:
-        """Stream one request and return its record; a failure becomes ``record.error``.
+        """Stream one request and return its record; a failure becomes ``record.failure``
+        (its :class:`~rayspec.FailureReason`) and ``record.error`` (the message).
 
-        The error text starts with the :class:`~rayspec.FailureReason` value (see
-        :func:`failure_of`). A failed record keeps what was measured before the failure
-        (tokens so far, TTFT when a token arrived, NaN otherwise).
+        A failed record keeps what was measured before the failure (tokens so far, TTFT when
+        a token arrived, NaN otherwise).
         """
         try:
             res = await self._stream(prompt, max_tokens)
@@ -488,7 +473,8 @@ class StreamClient:
                 e2e_ms=(partial.now - tl.t0) * 1000.0,
                 itl_ms=tuple(x * 1000.0 for x in tl.itl_s),
                 start_unix_s=self.unix_time(tl.t0),
-                error=failure_message(partial.error.reason, str(partial.error)),
+                error=str(partial.error),
+                failure=partial.error.reason,
             )
         verify = res.spec_verify_ct
         return RequestRecord(

@@ -19,7 +19,6 @@ from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StreamStalled
 from rayspec._types import RequestRecord
 from rayspec.bench._client import StreamClient
-from rayspec.bench._client import failure_of
 from rayspec.bench._plan import BenchPlan
 from rayspec.bench._plan import Scenario
 from rayspec.bench._prompts import request_input
@@ -155,8 +154,8 @@ def first_failure(
     if not failed:
         return None
     order = {FailureReason.CRASH_MID_BENCHMARK: 0, FailureReason.STALLED_STREAM: 1}
-    worst = min(failed, key=lambda r: order.get(failure_of(r) or FailureReason.UNKNOWN, 2))
-    return failure_of(worst) or FailureReason.UNKNOWN, worst.error or ""
+    worst = min(failed, key=lambda r: order.get(r.failure or FailureReason.UNKNOWN, 2))
+    return worst.failure or FailureReason.UNKNOWN, worst.error or ""
 
 
 def raise_for_failure(records: tuple[RequestRecord, ...] | list[RequestRecord]) -> None:
@@ -371,9 +370,10 @@ def run_benchmark_detailed(
     ``scenario.requests_per_run`` requests at ``scenario.concurrency`` (closed loop, or Poisson
     arrivals at ``scenario.request_rate`` capped at the concurrency).
 
-    A failed request does not raise: it is a record with ``error`` set (see
-    :func:`~rayspec.bench.failure_of`); with ``plan.stop_on_error`` the benchmark ends after
-    that run. Use :func:`raise_for_failure` to turn failures into typed errors.
+    A failed request does not raise: it is a record with ``failure`` (its
+    :class:`~rayspec.FailureReason`) and ``error`` set; with ``plan.stop_on_error`` the
+    benchmark ends after that run. Use :func:`raise_for_failure` to turn failures into typed
+    errors.
 
     Args:
         base_url: the server, e.g. ``"http://127.0.0.1:30000"``.

@@ -7,6 +7,7 @@ from rayspec.store._parquet import REQUEST_SCHEMA
 from rayspec.store._parquet import TRIAL_METRICS
 from rayspec.store._parquet import TRIAL_SCHEMA
 from rayspec.store._parquet import ParquetTrialStore
+from rayspec.store._parquet import request_record
 from rayspec.store._parquet import trial_schema
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "REQUEST_SCHEMA",
     "TRIAL_METRICS",
     "TRIAL_SCHEMA",
+    "request_record",
     "trial_schema",
 ]

@@ -37,6 +37,7 @@ __all__ = [
     "SUMMARY_METRICS",
     "TRIAL_METRICS",
     "TRIAL_SCHEMA",
+    "request_record",
     "trial_schema",
 ]
 
@@ -140,7 +141,8 @@ REQUEST_SCHEMA = pa.schema(
         ("spec_verify_ct", pa.float64()),
         ("accept_length", pa.float64()),
         ("start_unix_s", pa.float64()),
-        ("error", pa.string()),
+        ("failure", pa.string()),  # a FailureReason value (null: the request succeeded)
+        ("error", pa.string()),  # the failure's message
         ("output_ids", pa.list_(pa.int64())),  # the greedy output, for the correctness gate
     ]
 )
@@ -200,12 +202,36 @@ def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
             "spec_verify_ct": _float(r.spec_verify_ct),
             "accept_length": _float(r.accept_length),
             "start_unix_s": float(r.start_unix_s),
+            "failure": r.failure.value if r.failure is not None else None,
             "error": r.error,
             "output_ids": list(r.output_ids) if r.output_ids is not None else None,
         }
         for r in records
     ]
     return pa.Table.from_pylist(rows, schema=REQUEST_SCHEMA)
+
+
+def request_record(row: Mapping[str, Any]) -> RequestRecord:
+    """A stored request row as the record it was written from (the inverse of
+    :func:`request_rows`; a row written before the ``failure`` column reads as unknown)."""
+    ids = row.get("output_ids")
+    verify = row.get("spec_verify_ct")
+    return RequestRecord(
+        scenario=str(row["scenario"]), run=int(row["run"]), index=int(row["index"]),
+        concurrency=int(row["concurrency"]), prompt_tokens=int(row["prompt_tokens"] or 0),
+        completion_tokens=int(row["completion_tokens"] or 0),
+        ttft_ms=_nan_if_none(row.get("ttft_ms")), e2e_ms=_nan_if_none(row.get("e2e_ms")),
+        itl_ms=tuple(float(x) for x in row.get("itl_ms") or ()),
+        start_unix_s=_nan_if_none(row.get("start_unix_s")),
+        spec_verify_ct=int(verify) if verify is not None else None,
+        accept_length=_float(row.get("accept_length")), error=row.get("error"),
+        output_ids=tuple(int(i) for i in ids) if ids is not None else None,
+        failure=row.get("failure"),
+    )  # fmt: skip
+
+
+def _nan_if_none(value: Any) -> float:
+    return float(value) if value is not None else float("nan")
 
 
 def trial_row(

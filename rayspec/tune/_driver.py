@@ -36,7 +36,6 @@ from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._plural import plural
 from rayspec._types import Candidate
-from rayspec._types import RequestRecord
 from rayspec._types import RunDecision
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
@@ -57,6 +56,7 @@ from rayspec.search import weigh
 from rayspec.search._structured import NCCL_FAILURES
 from rayspec.search._study import ROLE_BASELINE_AGAIN
 from rayspec.store import ParquetTrialStore
+from rayspec.store import request_record
 from rayspec.tune._checks import Chain
 from rayspec.tune._checks import OutputGate
 from rayspec.tune._checks import acceptance_alarm
@@ -657,21 +657,9 @@ def _make_gate(
         table = store.load_requests()
         if table.num_rows:
             rows = [r for r in table.to_pylist() if int(r["trial"]) == baseline]
-            records = [_record_of(r) for r in rows if r["scenario"] in scenarios]
+            records = [request_record(r) for r in rows if r["scenario"] in scenarios]
             gate.set_reference(baseline, records)
     return gate
-
-
-def _record_of(row: dict[str, Any]) -> RequestRecord:
-    """A stored request row, as much of it as the gate needs."""
-    ids = row.get("output_ids")
-    return RequestRecord(
-        scenario=str(row["scenario"]), run=int(row["run"]), index=int(row["index"]),
-        concurrency=int(row["concurrency"]), prompt_tokens=int(row["prompt_tokens"] or 0),
-        completion_tokens=int(row["completion_tokens"] or 0), ttft_ms=0.0, e2e_ms=0.0,
-        itl_ms=(), start_unix_s=0.0, error=row.get("error"),
-        output_ids=tuple(int(i) for i in ids) if ids is not None else None,
-    )  # fmt: skip
 
 
 def _check_output(

@@ -112,7 +112,8 @@ def test_stall_is_recorded(fake_server: FakeSGLangServer) -> None:
     )
     rec = _measure(fake_server.base_url, read_timeout_s=0.3)
     assert not rec.ok
-    assert failure_of(rec) is FailureReason.STALLED_STREAM
+    assert rec.failure is FailureReason.STALLED_STREAM and failure_of(rec) is rec.failure
+    assert rec.error is not None and not rec.error.startswith(FailureReason.STALLED_STREAM.value)
     assert rec.completion_tokens == 4 and len(rec.itl_ms) == 3
     assert rec.e2e_ms >= 300.0
 
@@ -177,14 +178,20 @@ def test_http_error_status(fake_server: FakeSGLangServer, endpoint: str) -> None
     assert "HTTP 400" in (rec.error or "") and "fake status" in (rec.error or "")
 
 
-def test_failure_of_unprefixed_text_is_unknown() -> None:
+def test_a_request_failure_is_typed_not_read_from_its_text() -> None:
     import dataclasses
 
     from rayspec import RequestRecord
 
-    rec = RequestRecord("s", 0, 0, 1, 0, 0, 0.0, 0.0, (), 0.0, error="boom")
-    assert failure_of(rec) is FailureReason.UNKNOWN
-    assert failure_of(dataclasses.replace(rec, error=None)) is None
+    ok = RequestRecord("s", 0, 0, 1, 0, 0, 0.0, 0.0, (), 0.0)
+    assert ok.ok and ok.failure is None and failure_of(ok) is None
+    # The class is the field, whatever the message says.
+    rec = dataclasses.replace(ok, error="stalled_stream: a stall?", failure="out_of_memory")
+    assert rec.failure is FailureReason.OUT_OF_MEMORY and not rec.ok
+    # A message alone is an unknown failure; a class alone gets its name as the message.
+    assert dataclasses.replace(ok, error="boom").failure is FailureReason.UNKNOWN
+    crash = dataclasses.replace(ok, failure=FailureReason.CRASH_MID_BENCHMARK)
+    assert crash.error == "crash_mid_benchmark" and not crash.ok
 
 
 def test_client_validates_arguments() -> None:
