@@ -597,14 +597,16 @@ def run_study(
                     trial, slot = pending.pop(future)
                     room.give_back(slot)
                     result = future.result()
-                    record(trial, result, None)
                     if result.failure == FailureReason.NODE_LOST.value:
+                        # Queued before the row is written: a driver killed in between leaves
+                        # a RUNNING trial whose retry exists (recovery does not queue another).
                         again = handle.retry_elsewhere(trial)
                         printer(
                             f"trial {trial.number}: its node died ({result.node}); "
                             + ("queued again for another node" if again
                                else "not queued again (it was the retry of a lost trial)")
                         )  # fmt: skip
+                    record(trial, result, None)
                 if stopped and stopped.startswith("the sampler"):
                     break
         except BaseException:

@@ -56,9 +56,11 @@ PhaseCallback = Callable[[int, str], None]
 # or stop (pruned).
 RunsCallback = Callable[[int, Sequence[float]], RunDecision]
 _POLL_S = 0.5
-# How long an actor's death may precede Ray marking its node dead (the GCS health check:
-# 5 missed checks 3 s apart by default) before the death is put down to something else.
+# How long an unreachable actor may precede Ray marking its node dead (the GCS health check:
+# 5 missed checks 3 s apart by default) before it is put down to something else. A dead actor
+# on a dead node is only declared dead once the node is, so that wait is short.
 _NODE_DEATH_WAIT_S = 20.0
+_ACTOR_DEATH_WAIT_S = 3.0
 
 
 class _LiveActors:
@@ -197,15 +199,19 @@ def node_alive(node_id: str) -> bool:
 def node_lost(node_id: str, exc: BaseException | None = None, wait_s: float | None = None) -> bool:
     """Whether the trial's node died: asked after one of its actors failed.
 
-    An actor's death can reach the driver a little before Ray marks the node dead, so after
-    an actor error the node gets up to ``wait_s`` to be marked; after any other error (or
-    none) only its state now counts.
+    An actor error can reach the driver before Ray marks the node dead, so after one the node
+    gets up to ``wait_s`` to be marked (by default: long for an unreachable actor, short for a
+    dead one, which Ray declares dead only after its node); after any other error (or none)
+    only its state now counts.
     """
     if not node_id:
         return False
     if not isinstance(exc, ray.exceptions.RayActorError):
         return not node_alive(node_id)
-    deadline = time.monotonic() + (_NODE_DEATH_WAIT_S if wait_s is None else wait_s)
+    if wait_s is None:
+        unreachable = isinstance(exc, ray.exceptions.ActorUnavailableError)
+        wait_s = _NODE_DEATH_WAIT_S if unreachable else _ACTOR_DEATH_WAIT_S
+    deadline = time.monotonic() + wait_s
     while True:
         if not node_alive(node_id):
             return True
@@ -285,7 +291,7 @@ def run_trial(
         if failure is not None:
             reason, text = failure
             if reason is not FailureReason.STALLED_STREAM and not _alive(server):
-                lost = node_lost(node_id, ray.exceptions.RayActorError())
+                lost = node_lost(node_id)  # its state now: no wait for a plain crash
                 reason = FailureReason.NODE_LOST if lost else _death_reason(server)
                 if lost:
                     text = _lost_detail(node_ip, "while it was measured") + f"; {text}"

@@ -36,7 +36,7 @@ class _Watched:
             self.peak = max(self.peak, len(self.running))
             self.launched += 1
         try:
-            time.sleep(0.05)
+            time.sleep(0.3)  # long enough that every slot fills, even on a busy machine
             return self._sim(cfg, number, candidate, **kw)
         finally:
             with self._lock:
