@@ -435,6 +435,8 @@ def run_study(
     live: dict[int, TrialHandle] = {}  # trial number -> trial, for intermediate values
     evidence_at_start: dict[int, Evidence] = {}
     protected: set[int] = set()  # the baseline and enqueued references are measured in full
+    # With several loads the structured search's no-speculation point is measured in full too.
+    offs_in_full = strategy is not None and len({sc.concurrency for sc in cfg.scenarios()}) > 1
     extended: set[int] = set()  # trials measuring past bench.repeats (close to the best)
     ran = pruned = 0
     saved_s = 0.0
@@ -559,7 +561,10 @@ def run_study(
                     trial = next_trial([t.candidate for t, _ in pending.values()])
                     if trial is None:
                         break
-                    if trial.role:
+                    if trial.role or (offs_in_full and trial.candidate.spec is None):
+                        # References are measured in full, and so is no speculation with
+                        # several loads: pruned on the first, it would leave the others without
+                        # the point the adaptive tiers need (0 steps where speculation loses).
                         protected.add(trial.number)
                         if trial.role == "baseline":
                             ledger.baseline = trial.number

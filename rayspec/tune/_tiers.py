@@ -63,15 +63,24 @@ def adaptive_tiers(cfg: ExperimentConfig, report: StudyReport) -> AdaptiveTiers 
     algorithms = [m for m in cfg.search.speculative.modes if m != SPEC_OFF and not is_adaptive(m)]
     if not algorithms or not sglang_features(cfg.server.version).adaptive_spec:
         return None
-    concurrency = {sc.name: sc.concurrency for sc in cfg.scenarios()}
-    if len(set(concurrency.values())) < 2:
+    scenarios = cfg.scenarios()
+    if len({sc.concurrency for sc in scenarios}) < 2:
         return None
+    primary = scenarios[0].name
+
+    def tok_s(row: Row, scenario: str) -> float:
+        # The first scenario is the objective (tok_s_mean, every start pooled); the others are
+        # stored as <scenario>__tok_s_mean and reach the report as per_scenario.
+        if scenario == primary:
+            return row.tok_s_mean
+        return dict(row.per_scenario).get(scenario, math.nan)
+
     sources: dict[int, Row] = {}
-    for i, (name, _) in enumerate(report.rows[0].per_scenario if report.rows else ()):
+    for sc in scenarios:
         chains = [r for r in report.rows if _chain_or_off(r.candidate)]
-        chains = [r for r in chains if math.isfinite(r.per_scenario[i][1])]
-        if chains and name in concurrency:
-            sources[concurrency[name]] = max(chains, key=lambda r: r.per_scenario[i][1])
+        chains = [r for r in chains if math.isfinite(tok_s(r, sc.name))]
+        if chains:
+            sources[sc.concurrency] = max(chains, key=lambda r: tok_s(r, sc.name))
     steps = {bs: row.candidate.spec.num_steps if row.candidate.spec else 0
              for bs, row in sources.items()}  # fmt: skip
     positive = [k for _, k in sorted(steps.items()) if k > 0]
