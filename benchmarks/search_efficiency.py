@@ -59,7 +59,7 @@ from rayspec.store import ParquetTrialStore  # noqa: E402
 from rayspec.testing import SimulatedTrials  # noqa: E402
 from rayspec.tune import run_study  # noqa: E402
 from rayspec.tune._report import build_report  # noqa: E402
-from rayspec.tune._report import launched  # noqa: E402
+from rayspec.tune._report import candidate_reader  # noqa: E402
 from rayspec.tune._screen import load_equivalence  # noqa: E402
 from rayspec.twin import PerfModel  # noqa: E402
 from rayspec.twin import load_profile  # noqa: E402
@@ -166,27 +166,26 @@ def one_study(case: str, strategy: str, seed: int, budget: int) -> StudyRun:
             ],
         )
         run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
-        rows = ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()
+        space = SearchSpace.from_config(cfg.search)
+        records = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(space))
         equivalent = load_equivalence(cfg.out_dir)
-    rows.sort(key=lambda r: int(r["trial"]))
-    roles = {int(r["trial"]): str(r["role"]) for r in rows if r.get("role")}
-    launches = [int(r["trial"]) for r in rows if launched(r)]
+    roles = {r.trial: r.role for r in records if r.role}
+    launches = [r.trial for r in records if r.launched]
     picks: list[float] = []
     for n in range(1, budget + 1):
         upto = launches[min(n, len(launches)) - 1] if launches else -1
-        subset = [r for r in rows if int(r["trial"]) <= upto]
+        subset = [r for r in records if r.trial <= upto]
         report = build_report(
             subset, roles, start_noise=cfg.study.start_noise, equivalent=equivalent
         )
         picks.append(true_tok_s(cfg, report.best.candidate) if report.best else 0.0)
-    space = SearchSpace.from_config(cfg.search)
     floor = max(
         (true_tok_s(cfg, space.candidate(space.coerce(p))) for p in cfg.study.enqueue),
         default=0.0,
     )
-    measured = [r for r in rows if launched(r)]
-    runs = [float(r.get("runs") or 0.0) for r in measured]
-    bench = [float(r.get("bench_s") or 0.0) for r in measured]
+    measured = [r for r in records if r.launched]
+    runs = [r.result.metrics.get("runs", 0.0) for r in measured]
+    bench = [r.result.metrics.get("bench_s", 0.0) for r in measured]
     return StudyRun(
         case, strategy, seed, tuple(picks), floor, len(launches),
         statistics.mean(runs) if runs else 0.0, statistics.mean(bench) if bench else 0.0,
@@ -292,9 +291,9 @@ def confirm(seed: int, budget: int) -> None:
                     if ray.is_initialized():
                         ray.shutdown()
             wall = time.monotonic() - t0
-            rows = sorted(ParquetTrialStore(cfg.out_dir).load_trials().to_pylist(),
-                          key=lambda r: int(r["trial"]))  # fmt: skip
-            roles = {int(r["trial"]): str(r["role"]) for r in rows if r.get("role")}
+            space = SearchSpace.from_config(cfg.search)
+            rows = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(space))
+            roles = {r.trial: r.role for r in rows if r.role}
             report = build_report(rows, roles, start_noise=cfg.study.start_noise,
                                   equivalent=load_equivalence(cfg.out_dir))  # fmt: skip
             results[how] = (rows, report, wall, cfg)
@@ -304,9 +303,9 @@ def confirm(seed: int, budget: int) -> None:
     print("| trial | simulated: config | tok/s | HTTP twin: config | tok/s |")
     print("|---|---|---|---|---|")
     for a, b in zip(srows, hrows, strict=False):
-        print(f"| {a['trial']} | {a['candidate']} | {float(a['value'] or 0):.1f} | "
-              f"{b['candidate']} | {float(b['value'] or 0):.1f} |")  # fmt: skip
-    same = sum(a["candidate"] == b["candidate"] for a, b in zip(srows, hrows, strict=False))
+        print(f"| {a.trial} | {a.candidate.label()} | {a.result.value or 0:.1f} | "
+              f"{b.candidate.label()} | {b.result.value or 0:.1f} |")  # fmt: skip
+    same = sum(a.candidate == b.candidate for a, b in zip(srows, hrows, strict=False))
     print(f"same configuration in {same} of {min(len(srows), len(hrows))} trials")
     opt = optimum("field/quick")
     for how, report, wall in (("simulated", sreport, swall), ("HTTP twin", hreport, hwall)):

@@ -15,6 +15,7 @@ from rayspec._types import Candidate
 from rayspec._types import LaunchSpec
 from rayspec._types import RequestRecord
 from rayspec._types import SpecSettings
+from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 
 __version__ = "0.1.0"
@@ -33,6 +34,7 @@ __all__ = [
     "SpecSettings",
     "StoreError",
     "StreamStalled",
+    "TrialRecord",
     "TrialResult",
     "__version__",
 ]

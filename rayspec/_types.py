@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
+from typing import Any
 
 from rayspec._exceptions import FailureReason
 from rayspec._plural import plural
@@ -218,3 +219,60 @@ class TrialResult:
     def __post_init__(self) -> None:
         # Normalise once: callers may pass Optuna's state names as text.
         object.__setattr__(self, "state", TrialState(self.state))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRecord:
+    """One trial row of the store: what the trial produced and what the study knows of it.
+
+    The driver writes one per trial (:meth:`~rayspec.store.BaseTrialStore.append_trial`);
+    resume and the report read the same type back
+    (:meth:`~rayspec.store.ParquetTrialStore.load_records`), so no caller parses row columns.
+
+    Attributes:
+        result: the trial's outcome (read back: ``launch`` holds the stored argv and
+            environment; host, port and startup timeout are not stored and read as empty).
+        params: the Optuna parameters; the candidate is ``SearchSpace.candidate(params)``.
+        run_values: the objective's value per measured run (tok/s), computed once.
+        candidate_key: :func:`~rayspec.search.canonical_key` of the candidate ("" unknown).
+        note: why no server ran for it, e.g. ``reused the measurement of trial 3``.
+        role: ``baseline``, ``enqueued[i]``, or "" (chosen by the search).
+        reason: why the search chose it.
+        repeat_of: a deliberate new start of that trial's configuration.
+        restart: the study's server launch count at this trial (launched trials only).
+        alarm: the acceptance alarm's hint, when it fired.
+    """
+
+    result: TrialResult
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    run_values: tuple[float, ...] = ()
+    candidate_key: str = ""
+    note: str = ""
+    role: str = ""
+    reason: str = ""
+    repeat_of: int | None = None
+    restart: int | None = None
+    alarm: str = ""
+
+    @property
+    def trial(self) -> int:
+        return self.result.trial
+
+    @property
+    def candidate(self) -> Candidate:
+        return self.result.candidate
+
+    @property
+    def reused(self) -> bool:
+        """Whether the trial repeated another trial's result (no server of its own)."""
+        return bool(self.note)
+
+    @property
+    def launched(self) -> bool:
+        """Whether the trial started a server (not a reuse, not refused before launch, and
+        not interrupted: an interrupted trial is tried again and counted then)."""
+        return (
+            self.result.launch is not None
+            and not self.reused
+            and self.result.failure != FailureReason.INTERRUPTED.value
+        )

@@ -1,7 +1,9 @@
 """Read a study folder: the Parquet trials, the Optuna study, the NCCL screen, the pick.
 
-Reads only what a study writes (``trials/``, ``requests/``, ``optuna.journal``,
-``nccl_screen.json``, ``best.sh``), so a report can be rebuilt from a copied folder at any time.
+Reads only what a study writes (``trials/``, ``requests/``, ``search_space.json``,
+``optuna.journal``, ``nccl_screen.json``, ``best.sh``), so a report can be rebuilt from a
+copied folder at any time. Trials are read as :class:`~rayspec.TrialRecord` s whose candidates
+are the search space's own (``SearchSpace.candidate`` of the stored parameters).
 The configuration table and the pick are :func:`rayspec.tune._report.build_report`'s, the same
 the study printed.
 """
@@ -21,11 +23,17 @@ import pyarrow.dataset as ds
 
 from rayspec._exceptions import StoreError
 from rayspec._types import Candidate
+from rayspec._types import TrialRecord
 from rayspec.search import Equivalence
+from rayspec.search import SearchSpace
 from rayspec.store import ParquetTrialStore
+from rayspec.store import record_of_row
+from rayspec.tune._report import SPACE_FILE
 from rayspec.tune._report import StudyReport
 from rayspec.tune._report import build_report
+from rayspec.tune._report import candidate_reader
 from rayspec.tune._report import deploy_script
+from rayspec.tune._report import load_space
 from rayspec.tune._screen import load_equivalence
 
 if TYPE_CHECKING:
@@ -45,7 +53,8 @@ class StudyData:
     Attributes:
         path: the study folder.
         name: the study name.
-        rows: the trial rows, in trial order.
+        rows: the trial rows, in trial order (every column, as users read them).
+        records: the same trials typed, in trial order.
         roles: trial -> ``baseline`` / ``enqueued[i]`` (a retry inherits its original's).
         report: the configurations pooled and the pick, as the study printed them.
         attrs: the Optuna study's user attributes (experiment, engine, versions, budget).
@@ -60,6 +69,7 @@ class StudyData:
     path: str
     name: str
     rows: list[dict[str, Any]]
+    records: list[TrialRecord]
     roles: dict[int, str]
     report: StudyReport
     attrs: dict[str, Any] = field(default_factory=dict)
@@ -80,10 +90,10 @@ class StudyData:
 
     def report_at(self, last_trial: int) -> StudyReport:
         """The pick as it stood when trial ``last_trial`` had finished."""
-        rows = [r for r in self.rows if int(r["trial"]) <= last_trial]
+        records = [r for r in self.records if r.trial <= last_trial]
         roles = {t: r for t, r in self.roles.items() if t <= last_trial}
         return build_report(
-            rows, roles, start_noise=self.start_noise, margin=self.margin,
+            records, roles, start_noise=self.start_noise, margin=self.margin,
             equivalent=self.equivalent,
         )  # fmt: skip
 
@@ -138,6 +148,23 @@ def _concurrency(path: str) -> dict[str, int]:
     return out
 
 
+def _space(path: str, cfg: ExperimentConfig | None, study: optuna.Study | None) -> SearchSpace:
+    """The study's search space: the experiment's, the folder's, or (a study written before
+    the folder kept it) the choices the Optuna study recorded."""
+    if cfg is not None:
+        return SearchSpace.from_config(cfg.search)
+    space = load_space(path)
+    if space is not None:
+        return space
+    grid = study.user_attrs.get("space") if study is not None else None
+    if grid is None:
+        raise StoreError(
+            f"{path}: no {SPACE_FILE} and no Optuna study to read the search space from; "
+            "run the study again with this rayspec to write it"
+        )
+    return SearchSpace.from_grid(json.loads(grid))
+
+
 def _float_attr(attrs: dict[str, Any], key: str, default: float) -> float:
     try:
         value = float(attrs[key])
@@ -179,8 +206,10 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
         margin = _float_attr(attrs, "pick_margin", 0.0)
     roles = _roles(rows, study)
     equivalent = load_equivalence(path)
+    read = candidate_reader(_space(path, cfg, study))
+    records = [record_of_row(r, read) for r in rows]
     report = build_report(
-        rows, roles, start_noise=start_noise, margin=margin, equivalent=equivalent
+        records, roles, start_noise=start_noise, margin=margin, equivalent=equivalent
     )
     launch, source = "", ""
     if report.best is not None and cfg is not None:
@@ -188,7 +217,8 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
     elif report.best is not None:
         launch, source = _launch_from_folder(path, rows, report)
     return StudyData(
-        path=path, name=study.study_name if study is not None else name, rows=rows, roles=roles,
+        path=path, name=study.study_name if study is not None else name, rows=rows,
+        records=records, roles=roles,
         report=report, attrs=attrs, study=study, study_note=note, launch=launch,
         launch_source=source, concurrency=_concurrency(path), start_noise=start_noise,
         margin=margin, equivalent=equivalent,

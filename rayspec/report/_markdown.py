@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 
+from rayspec._types import TrialState
+
 if TYPE_CHECKING:
     from rayspec.report._load import StudyData
     from rayspec.report._plots import Plot
@@ -43,17 +45,14 @@ def _flags(data: StudyData, row: Row) -> list[str]:
     if report.baseline is not None and row.trials != report.baseline.trials \
             and low < row.vs_baseline_confidence < high:
         flags.append("within noise of the baseline")  # fmt: skip
-    by_trial = {int(r["trial"]): r for r in data.rows}
-    pruned = [t for t in row.trials if by_trial.get(t, {}).get("state") == "PRUNED"]
+    by_trial = {r.trial: r for r in data.records}
+    measured = [by_trial[t] for t in row.trials if t in by_trial]
+    pruned = [r.trial for r in measured if r.result.state is TrialState.PRUNED]
     if pruned:
         flags.append("pruned: trial " + ", ".join(str(t) for t in pruned))
-    reused = [
-        int(r["trial"]) for r in data.rows
-        if r.get("note") and r.get("state") == "COMPLETE" and r.get("candidate") == row.label
-    ]  # fmt: skip
-    if reused:
-        flags.append("reused by trial " + ", ".join(str(t) for t in reused))
-    if row.alarm or any(by_trial.get(t, {}).get("alarm") for t in row.trials):
+    if row.reused_by:
+        flags.append("reused by trial " + ", ".join(str(t) for t in row.reused_by))
+    if row.alarm or any(r.alarm for r in measured):
         flags.append("acceptance alarm")
     return flags
 

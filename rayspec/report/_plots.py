@@ -7,7 +7,6 @@ with ``skipped`` set to the reason instead, which the report prints in its place
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
@@ -176,13 +175,10 @@ def _f(value: Any) -> float:
 
 # -- every run of the top configurations ----------------------------------------------------------
 def _run_values(data: StudyData, row: Row) -> list[float]:
-    by_trial = {int(r["trial"]): r for r in data.rows}
-    out: list[float] = []
-    for t in row.trials:
-        raw = by_trial.get(t, {}).get("run_values")
-        if raw:
-            out += [float(v) for v in json.loads(raw) if math.isfinite(float(v))]
-    return out
+    by_trial = {r.trial: r for r in data.records}
+    return [
+        v for t in row.trials if t in by_trial for v in by_trial[t].run_values if math.isfinite(v)
+    ]
 
 
 def plot_runs(data: StudyData, path: str, limit: int = 12) -> Plot:

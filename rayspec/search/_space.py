@@ -102,6 +102,49 @@ class SearchSpace:
             overlap=tuple(dict.fromkeys(sp.overlap)),
         )
 
+    def to_json(self) -> str:
+        """The declared choices as JSON, for :meth:`from_json` (a study folder keeps it, so a
+        report rebuilds candidates without the experiment file)."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> SearchSpace:
+        """The space :meth:`to_json` wrote.
+
+        Raises:
+            ConfigError: ``text`` is not such a space.
+        """
+        try:
+            doc = json.loads(text)
+            return cls(
+                modes=tuple(doc["modes"]),
+                num_steps=tuple(int(k) for k in doc["num_steps"]),
+                eagle_topk=tuple(int(m) for m in doc["eagle_topk"]),
+                num_draft_tokens=tuple(int(n) for n in doc["num_draft_tokens"]),
+                nccl=tuple((str(k), tuple(v)) for k, v in doc["nccl"]),
+                flags=tuple((str(k), tuple(v)) for k, v in doc["flags"]),
+                overlap=tuple(doc["overlap"]),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"not a search space: {exc}") from exc
+
+    @classmethod
+    def from_grid(cls, grid: Mapping[str, list[Any]]) -> SearchSpace:
+        """The space :meth:`grid` describes (what an older study recorded). The grid keeps
+        neither the flags' declared order (flags read in name order) nor a single overlap
+        choice (it reads as on)."""
+        return cls(
+            modes=tuple(grid[P_MODE]),
+            num_steps=tuple(grid.get(P_STEPS, ())),
+            eagle_topk=tuple(grid.get(P_TOPK, ())),
+            num_draft_tokens=tuple(grid.get(P_NDT, ())),
+            nccl=tuple((k.removeprefix("nccl."), tuple(v)) for k, v in grid.items()
+                       if k.startswith("nccl.")),
+            flags=tuple((k.removeprefix("flags."), tuple(v)) for k, v in grid.items()
+                        if k.startswith("flags.")),
+            overlap=tuple(grid.get(P_OVERLAP, (FLAG_ON,))),
+        )  # fmt: skip
+
     @property
     def overlap_searched(self) -> bool:
         return len(self.overlap) > 1

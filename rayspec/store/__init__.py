@@ -7,6 +7,7 @@ from rayspec.store._parquet import REQUEST_SCHEMA
 from rayspec.store._parquet import TRIAL_METRICS
 from rayspec.store._parquet import TRIAL_SCHEMA
 from rayspec.store._parquet import ParquetTrialStore
+from rayspec.store._parquet import record_of_row
 from rayspec.store._parquet import request_record
 from rayspec.store._parquet import trial_schema
 
@@ -16,6 +17,7 @@ __all__ = [
     "REQUEST_SCHEMA",
     "TRIAL_METRICS",
     "TRIAL_SCHEMA",
+    "record_of_row",
     "request_record",
     "trial_schema",
 ]

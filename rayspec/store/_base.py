@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from rayspec._types import TrialRecord
     from rayspec._types import TrialResult
 
 
@@ -24,8 +25,10 @@ class BaseTrialStore(abc.ABC):
     """
 
     @abc.abstractmethod
-    def append_trial(self, result: TrialResult, extra: dict[str, object] | None = None) -> str:
-        """Write ``result``'s trial row (and its request rows); return the trial file path.
+    def append_trial(self, record: TrialRecord | TrialResult) -> str:
+        """Write ``record``'s trial row (and its request rows); return the trial file path.
+
+        A bare :class:`~rayspec.TrialResult` is a record the study knows nothing more of.
 
         Raises:
             StoreError: the row could not be written.

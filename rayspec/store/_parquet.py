@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +28,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from rayspec._exceptions import StoreError
+from rayspec._types import Candidate
+from rayspec._types import LaunchSpec
 from rayspec._types import RequestRecord
+from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
+from rayspec._types import TrialState
 from rayspec.store._base import BaseTrialStore
 
 __all__ = [
@@ -37,6 +42,7 @@ __all__ = [
     "SUMMARY_METRICS",
     "TRIAL_METRICS",
     "TRIAL_SCHEMA",
+    "record_of_row",
     "request_record",
     "trial_schema",
 ]
@@ -234,14 +240,13 @@ def _nan_if_none(value: Any) -> float:
     return float(value) if value is not None else float("nan")
 
 
-def trial_row(
-    result: TrialResult,
-    extra: Mapping[str, object] | None = None,
-    scenarios: Sequence[str] = (),
-) -> pa.Table:
+def trial_row(record: TrialRecord | TrialResult, scenarios: Sequence[str] = ()) -> pa.Table:
     """One trial's row in :func:`trial_schema` (absent metrics are nulls)."""
     from rayspec import __version__
 
+    if isinstance(record, TrialResult):
+        record = TrialRecord(record)
+    result = record.result
     launch = result.launch
     spec = result.candidate.spec
     row: dict[str, Any] = {
@@ -251,8 +256,8 @@ def trial_row(
         "failure": result.failure,
         "failure_detail": result.failure_detail or None,
         "candidate": result.candidate.label(),
-        "candidate_key": None,
-        "params": None,
+        "candidate_key": record.candidate_key or None,
+        "params": json.dumps(dict(record.params), sort_keys=True) if record.params else None,
         "env": json.dumps(dict(launch.env)) if launch else json.dumps(result.candidate.env),
         "unset_env": json.dumps(list(launch.unset_env)) if launch else None,
         "command": json.dumps(list(launch.argv)) if launch else None,
@@ -270,19 +275,17 @@ def trial_row(
         "log_path": launch.log_path if launch else None,
         "log_tail": result.log_tail or None,
         "server_info": result.server_info or None,
-        "note": None,
-        "role": None,
-        "reason": None,
-        "repeat_of": None,
-        "restart": None,
-        "alarm": None,
-        "run_values": None,
+        "note": record.note or None,
+        "role": record.role or None,
+        "reason": record.reason or None,
+        "repeat_of": _float(record.repeat_of),
+        "restart": _float(record.restart) if launch is not None else None,
+        "alarm": record.alarm or None,
+        "run_values": json.dumps([round(v, 6) for v in record.run_values])
+        if record.run_values
+        else None,
         "rayspec_version": __version__,
     }
-    for key, value in (extra or {}).items():
-        if key not in row:
-            raise StoreError(f"unknown trial column {key!r}")
-        row[key] = value
     schema = trial_schema(scenarios)
     declared = set(schema.names)
     fields = list(schema)
@@ -299,6 +302,56 @@ def trial_row(
                 )
             fields.append(pa.field(key, pa.float64()))
     return pa.Table.from_pylist([row], schema=pa.schema(fields))
+
+
+def _json(text: Any, default: Any) -> Any:
+    return json.loads(text) if text else default
+
+
+def record_of_row(
+    row: Mapping[str, Any], candidate: Callable[[Mapping[str, Any]], Candidate]
+) -> TrialRecord:
+    """A stored trial row as the record it was written from (the inverse of :func:`trial_row`).
+
+    Args:
+        row: one trial row (``load_trials().to_pylist()``).
+        candidate: builds the candidate from the row's Optuna parameters: the study's
+            ``SearchSpace.candidate``, the one reader of parameters.
+    """
+    params: dict[str, Any] = _json(row.get("params"), {})
+    launch = None
+    if row.get("command"):
+        env = _json(row.get("env"), {})
+        launch = LaunchSpec(
+            argv=tuple(_json(row["command"], [])), env=tuple((k, str(v)) for k, v in env.items()),
+            host="", port=0, log_path=str(row.get("log_path") or ""), startup_timeout_s=0.0,
+            engine=str(row.get("engine") or ""), unset_env=tuple(_json(row.get("unset_env"), [])),
+        )  # fmt: skip
+    metrics = {
+        k: float(v) for k, v in row.items()
+        if k not in _FIXED and v is not None and isinstance(v, (int, float))
+    }  # fmt: skip
+    result = TrialResult(
+        trial=int(row["trial"]), state=TrialState(row["state"]), value=_float(row.get("value")),
+        candidate=candidate(params), launch=launch, metrics=metrics, requests=(),
+        start_unix_s=float(row["start_unix_s"]), end_unix_s=float(row["end_unix_s"]),
+        failure=row.get("failure"), failure_detail=str(row.get("failure_detail") or ""),
+        log_tail=str(row.get("log_tail") or ""), server_info=str(row.get("server_info") or ""),
+        node=str(row.get("node") or ""),
+    )  # fmt: skip
+    repeat_of, restart = row.get("repeat_of"), row.get("restart")
+    return TrialRecord(
+        result=result, params=params,
+        run_values=tuple(float(v) for v in _json(row.get("run_values"), [])),
+        candidate_key=str(row.get("candidate_key") or ""), note=str(row.get("note") or ""),
+        role=str(row.get("role") or ""), reason=str(row.get("reason") or ""),
+        repeat_of=int(repeat_of) if repeat_of is not None else None,
+        restart=int(restart) if restart is not None else None,
+        alarm=str(row.get("alarm") or ""),
+    )  # fmt: skip
+
+
+_FIXED = frozenset(TRIAL_SCHEMA.names)
 
 
 class ParquetTrialStore(BaseTrialStore):
@@ -319,13 +372,14 @@ class ParquetTrialStore(BaseTrialStore):
         self.trials_dir = os.path.join(root, "trials")
         self.requests_dir = os.path.join(root, "requests")
 
-    def append_trial(self, result: TrialResult, extra: dict[str, object] | None = None) -> str:
+    def append_trial(self, record: TrialRecord | TrialResult) -> str:
+        result = record.result if isinstance(record, TrialRecord) else record
         name = f"trial-{result.trial:06d}.parquet"
         try:
             # Requests first: a trial row never points at request rows that do not exist.
             if result.requests:
                 _write_atomic(self.requests_dir, name, request_rows(result.trial, result.requests))
-            return _write_atomic(self.trials_dir, name, trial_row(result, extra, self.scenarios))
+            return _write_atomic(self.trials_dir, name, trial_row(record, self.scenarios))
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(
                 f"cannot write trial {result.trial} under {self.root}: {exc}"
@@ -336,6 +390,20 @@ class ParquetTrialStore(BaseTrialStore):
             return _read_folder(self.trials_dir, trial_schema(self.scenarios))
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read {self.trials_dir}: {exc}") from exc
+
+    def load_records(
+        self, candidate: Callable[[Mapping[str, Any]], Candidate]
+    ) -> list[TrialRecord]:
+        """Every trial as the record it was written from, in trial order.
+
+        Args:
+            candidate: the study's ``SearchSpace.candidate`` (see :func:`record_of_row`).
+
+        Raises:
+            StoreError: the rows cannot be read.
+        """
+        rows = self.load_trials().to_pylist()
+        return [record_of_row(r, candidate) for r in sorted(rows, key=lambda r: int(r["trial"]))]
 
     def load_requests(self) -> pa.Table:
         try:

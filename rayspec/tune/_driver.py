@@ -19,7 +19,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import functools
-import json
 import logging
 import math
 import os
@@ -37,6 +36,7 @@ from rayspec._exceptions import FailureReason
 from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import RunDecision
+from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
 from rayspec.bench import per_run_tok_s
@@ -69,9 +69,9 @@ from rayspec.tune._progress import PickView
 from rayspec.tune._progress import PlainProgress
 from rayspec.tune._report import StudyReport
 from rayspec.tune._report import build_report
-from rayspec.tune._report import candidate_from_row
-from rayspec.tune._report import launched
-from rayspec.tune._report import observations_from_rows
+from rayspec.tune._report import candidate_reader
+from rayspec.tune._report import observations_from_records
+from rayspec.tune._report import save_space
 from rayspec.tune._screen import load_equivalence
 from rayspec.tune._screen import run_screen
 from rayspec.tune._screen import token_bytes
@@ -186,27 +186,19 @@ class _Progress:
         self.sink.status(used=self.used, budget=self.budget, pick=self.pick_view)
 
 
-def _extra(
-    trial: TrialHandle, result: TrialResult, runs: list[float] | None, restart: int | None
-) -> dict[str, object]:
-    """Trial columns the study knows and the result does not."""
+def _record(
+    trial: TrialHandle, result: TrialResult, runs: Sequence[float], restart: int, alarm: str
+) -> TrialRecord:
+    """The trial's row: the result and what the study knows of it."""
     attrs = trial.attrs
-    extra: dict[str, object] = {"params": json.dumps(trial.params, sort_keys=True)}
-    if runs:
-        extra["run_values"] = json.dumps([round(v, 6) for v in runs])
-    if "candidate_key" in attrs:
-        extra["candidate_key"] = attrs["candidate_key"]
-    if "reused_from" in attrs:
-        extra["note"] = f"reused the measurement of trial {attrs['reused_from']}"
-    if trial.role:
-        extra["role"] = trial.role
-    if trial.reason:
-        extra["reason"] = trial.reason
-    if trial.repeat_of is not None:
-        extra["repeat_of"] = float(trial.repeat_of)
-    if restart is not None and result.launch is not None:
-        extra["restart"] = float(restart)
-    return extra
+    reused = attrs.get("reused_from")
+    return TrialRecord(
+        result=result, params=dict(trial.params), run_values=tuple(runs),
+        candidate_key=str(attrs.get("candidate_key", "")),
+        note=f"reused the measurement of trial {reused}" if reused is not None else "",
+        role=trial.role, reason=trial.reason, repeat_of=trial.repeat_of,
+        restart=restart if result.launch is not None else None, alarm=alarm,
+    )  # fmt: skip
 
 
 def _candidate_of(handle: StudyHandle, params: dict[str, Any]) -> Candidate:
@@ -222,16 +214,16 @@ def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) ->
     Every step is idempotent and ordered so that a driver killed in the middle of it leaves a
     state the next run repairs: the Parquet row first, then the retry, then Optuna's state.
     """
-    stored = {int(r["trial"]): r for r in store.load_trials().to_pylist()}
+    stored = {r.trial: r.result for r in store.load_records(candidate_reader(handle.space))}
     interrupted = FailureReason.INTERRUPTED.value
     for t in handle.running():
         row = stored.get(t.number)
-        if row is not None and row.get("failure") != interrupted:
+        if row is not None and row.failure != interrupted:
             # Measured and stored, but the driver died before telling Optuna: nothing lost.
-            state = TrialState(row["state"])
-            value = row["value"] if state is TrialState.COMPLETE else None
-            handle.tell_stored(t.number, state, value, row.get("failure"))
-            printer(f"recovered trial {t.number} from its Parquet row ({row['state']})")
+            state = row.state
+            value = row.value if state is TrialState.COMPLETE else None
+            handle.tell_stored(t.number, state, value, row.failure)
+            printer(f"recovered trial {t.number} from its Parquet row ({state.value})")
             continue
         if row is None:
             result = failed_result(
@@ -241,8 +233,8 @@ def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) ->
                 "the driver stopped while this trial ran; its configuration was queued again",
                 start=t.start_unix_s,
             )
-            store.append_trial(result, {"params": json.dumps(t.params, sort_keys=True)})
-            stored[t.number] = {"failure": interrupted}
+            store.append_trial(TrialRecord(result, params=t.params))
+            stored[t.number] = result
         handle.requeue(t)
         handle.fail(t.number)
         printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")
@@ -260,18 +252,16 @@ def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) ->
             failure=None if state is TrialState.COMPLETE else (reason or "unknown"),
             failure_detail="rebuilt from the Optuna storage (no Parquet row was written)",
         )  # fmt: skip
-        store.append_trial(result, {"params": json.dumps(t.params, sort_keys=True)})
+        store.append_trial(TrialRecord(result, params=t.params))
         printer(f"trial {t.number}: Parquet row rebuilt from the Optuna storage")
 
 
-def _load_ledger(cfg: ExperimentConfig, rows: list[dict[str, Any]],
+def _load_ledger(cfg: ExperimentConfig, records: Sequence[TrialRecord],
                  roles: dict[int, str]) -> _Ledger:  # fmt: skip
     ledger = _Ledger(cfg.study.alpha)
-    for row in rows:
-        if row["state"] != "COMPLETE" or not row.get("run_values") or row.get("note"):
-            continue
-        runs = tuple(float(v) for v in json.loads(row["run_values"]))
-        ledger.add(Measured(int(row["trial"]), candidate_from_row(row), runs))
+    for r in records:
+        if r.result.state is TrialState.COMPLETE and r.run_values and not r.reused:
+            ledger.add(Measured(r.trial, r.candidate, r.run_values))
     ledger.baseline = next((n for n, r in roles.items() if r == "baseline"), None)
     return ledger
 
@@ -279,11 +269,11 @@ def _load_ledger(cfg: ExperimentConfig, rows: list[dict[str, Any]],
 class _Budget:
     """Restarts, trials and wall time: what this invocation may still start."""
 
-    def __init__(self, cfg: ExperimentConfig, rows: list[dict[str, Any]], told: int) -> None:
+    def __init__(self, cfg: ExperimentConfig, records: Sequence[TrialRecord], told: int) -> None:
         self.max_restarts = cfg.study.max_restarts
         self.n_trials = cfg.study.n_trials
         self.max_wall_s = cfg.study.max_wall_s
-        self.restarts = sum(1 for r in rows if launched(r))
+        self.restarts = sum(1 for r in records if r.launched)
         self.told = told
         self.t0 = time.monotonic()
 
@@ -360,8 +350,8 @@ def idle_reason(cfg: ExperimentConfig) -> str:
     handle = open_study(cfg, SearchSpace.from_config(cfg.search))
     if handle.running():
         return ""
-    rows = ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()
-    return _Budget(cfg, rows, len(handle.finished())).why_not(0)
+    records = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(handle.space))
+    return _Budget(cfg, records, len(handle.finished())).why_not(0)
 
 
 def run_study(
@@ -395,11 +385,13 @@ def run_study(
     space = SearchSpace.from_config(cfg.search)
     store = ParquetTrialStore(cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]])
     handle = open_study(cfg, space)
+    save_space(cfg.out_dir, space)  # the report reads the stored parameters through it
     _recover(handle, store, printer)
-    rows = store.load_trials().to_pylist()
+    read = candidate_reader(space)
+    records = store.load_records(read)
     roles = handle.roles()
     done_before = len(handle.finished())
-    budget = _Budget(cfg, rows, done_before)
+    budget = _Budget(cfg, records, done_before)
     if done_before:
         printer(
             f"resuming study {cfg.study.name}: {plural(done_before, 'trial')} done, "
@@ -409,7 +401,7 @@ def run_study(
     if idle:
         # Nothing may start: no screen, no Ray; the report as it stands.
         final = build_report(
-            rows, roles, start_noise=cfg.study.start_noise, margin=cfg.study.pick_margin,
+            records, roles, start_noise=cfg.study.start_noise, margin=cfg.study.pick_margin,
             equivalent=load_equivalence(cfg.out_dir)
             if cfg.study.sampler is Sampler.structured else None,
         )  # fmt: skip
@@ -423,14 +415,14 @@ def run_study(
             space, report, token_bytes=token_bytes(cfg) if report else 1,
             concurrency=cfg.scenarios()[0].concurrency, start_noise=cfg.study.start_noise,
         )  # fmt: skip
-    observations: list[Observation] = observations_from_rows(rows, roles)
+    observations: list[Observation] = observations_from_records(records, roles)
     gate = _make_gate(cfg, store, roles)
     sink = progress if progress is not None else PlainProgress(printer)
     show = _Progress(budget.max_restarts, budget.restarts, sink)
     equivalent = strategy.equivalent if strategy is not None else None
-    show.set_pick(*_pick_line(rows, roles, cfg, equivalent))  # a resume's best, from the start
-    ledger = _load_ledger(cfg, rows, roles)
-    study_metrics = StudyMetrics(cfg.study.name, cfg.study.max_restarts, rows)  # Ray's metrics
+    show.set_pick(*_pick_line(records, roles, cfg, equivalent))  # a resume's best, from the start
+    ledger = _load_ledger(cfg, records, roles)
+    study_metrics = StudyMetrics(cfg.study.name, cfg.study.max_restarts, records)  # Ray's metrics
     scenario = objective_scenario(cfg)
     live: dict[int, TrialHandle] = {}  # trial number -> trial, for intermediate values
     evidence_at_start: dict[int, Evidence] = {}
@@ -500,22 +492,12 @@ def run_study(
             )  # fmt: skip
         if result.launch is not None and result.failure != FailureReason.INTERRUPTED.value:
             budget.restarts += 1  # a trial lost with its node did start a server: it counts
-        extra = _extra(trial, result, runs, budget.restarts)
-        if alarm:
-            extra["alarm"] = alarm
-        store.append_trial(result, extra)
+        stored = _record(trial, result, runs, budget.restarts, alarm)
+        store.append_trial(stored)
         handle.tell(trial, result)
         study_metrics.trial_done(result, budget.restarts)
         budget.told += 1
-        row = {**extra, "command": "x" if result.launch else None, "failure": result.failure}
-        observations.append(
-            Observation(
-                trial=result.trial, candidate=result.candidate, state=result.state,
-                runs=tuple(runs), failure=result.failure, role=trial.role,
-                launched=launched(row),
-                accept_length=float(result.metrics.get("accept_length", math.nan)),
-            )
-        )  # fmt: skip
+        observations.extend(observations_from_records([stored], {}))
         if result.state is TrialState.COMPLETE and runs and result.launch is not None:
             ledger.add(Measured(result.trial, result.candidate, tuple(runs)))
         if result.state is TrialState.PRUNED:
@@ -525,9 +507,7 @@ def run_study(
         evidence_at_start.pop(result.trial, None)
         ran += 1
         extended.discard(result.trial)
-        show.set_pick(
-            *_pick_line(store.load_trials().to_pylist(), handle.roles(), cfg, equivalent)
-        )
+        show.set_pick(*_pick_line(store.load_records(read), handle.roles(), cfg, equivalent))
         sink.trial_finished(result.trial)
         show.finished(result, trial, reused_from)
         if alarm:
@@ -622,7 +602,7 @@ def run_study(
             LIVE_ACTORS.kill_all()
             raise
     final = build_report(
-        store.load_trials().to_pylist(),
+        store.load_records(read),
         handle.roles(),
         start_noise=cfg.study.start_noise,
         margin=cfg.study.pick_margin,
@@ -714,16 +694,16 @@ def _chains(observations: Sequence[Observation]) -> list[Chain]:
 
 
 def _pick_line(
-    rows: list[dict[str, Any]],
+    records: Sequence[TrialRecord],
     roles: dict[int, str],
     cfg: ExperimentConfig,
     equivalent: Equivalence | None,
 ) -> tuple[str, PickView | None]:
     """``pick 99.1 tok/s (trial 7+12), +57 % vs baseline`` for the progress lines, and the
     same as data for a live display."""
-    if not rows:
+    if not records:
         return "no pick yet", None
-    report = build_report(rows, roles, start_noise=cfg.study.start_noise, equivalent=equivalent,
+    report = build_report(records, roles, start_noise=cfg.study.start_noise, equivalent=equivalent,
                           margin=cfg.study.pick_margin)  # fmt: skip
     best = report.best
     if best is None:

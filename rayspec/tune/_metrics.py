@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
+from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
 
@@ -40,13 +41,13 @@ class StudyMetrics:
 
     Example::
 
-        metrics = StudyMetrics("eagle3-twin", budget=14, rows=store.load_trials().to_pylist())
+        metrics = StudyMetrics("eagle3-twin", budget=14, records=store.load_records(read))
         metrics.trial_done(result, restarts=3)
 
     Args:
         study: the study name (the ``study`` tag).
         budget: ``study.max_restarts``.
-        rows: the stored trial rows of a resumed study (the best so far starts from them).
+        records: the stored trials of a resumed study (the best so far starts from them).
         module: the metrics module (``ray.util.metrics`` when None; tests pass a fake).
     """
 
@@ -54,14 +55,15 @@ class StudyMetrics:
         self,
         study: str,
         budget: int,
-        rows: Iterable[dict[str, Any]] = (),
+        records: Iterable[TrialRecord] = (),
         module: ModuleType | None = None,
     ) -> None:
         self.study = study
         self.budget = budget
         self.best_tok_s = max(
-            (float(r["value"]) for r in rows
-             if r.get("state") == "COMPLETE" and r.get("value") is not None and not r.get("note")),
+            (r.result.value for r in records
+             if r.result.state is TrialState.COMPLETE and r.result.value is not None
+             and not r.reused),
             default=math.nan,
         )  # fmt: skip
         self._module = module

@@ -1,17 +1,19 @@
 """The end of a study: the configuration to deploy, as files and a table in the field's form.
 
-Reads only the Parquet store, so a report can be rebuilt from a study folder at any time. The
-table has one row per configuration: its starts pooled, judged as the search judges them
+Reads only the Parquet store's records and the study's search space (``<out>/search_space.json``,
+:func:`save_space`), so a report can be rebuilt from a study folder at any time. The table has
+one row per configuration: its starts pooled, judged as the search judges them
 (:func:`rayspec.search.weigh`), and the pick is :func:`rayspec.search.pick`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import shlex
+from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,11 +22,15 @@ import yaml
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
+from rayspec._exceptions import ConfigError
+from rayspec._exceptions import FailureReason
+from rayspec._exceptions import StoreError
 from rayspec._types import Candidate
-from rayspec._types import SpecSettings
+from rayspec._types import TrialRecord
 from rayspec._types import TrialState
 from rayspec.search import Equivalence
 from rayspec.search import Observation
+from rayspec.search import SearchSpace
 from rayspec.search import pick
 from rayspec.search import prob_better
 from rayspec.search import weigh
@@ -34,13 +40,18 @@ from rayspec.tune._decide import cost_key
 __all__ = [
     "Row",
     "StudyReport",
+    "SPACE_FILE",
     "build_report",
-    "candidate_from_row",
+    "candidate_reader",
     "deploy_script",
     "format_table",
-    "observations_from_rows",
+    "load_space",
+    "observations_from_records",
+    "save_space",
     "write_best",
 ]
+
+SPACE_FILE = "search_space.json"
 
 
 @dataclass(frozen=True)
@@ -104,67 +115,75 @@ def _f(value: Any) -> float:
     return float(value) if value is not None else math.nan
 
 
-def candidate_from_row(r: dict[str, Any]) -> Candidate:
-    """The candidate a stored trial row describes."""
-    spec = None
-    if r.get("spec_algorithm"):
-        spec = SpecSettings(
-            r["spec_algorithm"],
-            int(r["spec_num_steps"]),
-            int(r["spec_eagle_topk"]),
-            int(r["spec_num_draft_tokens"]),
-            adaptive=bool(r.get("spec_adaptive") or False),
-            overlap=r.get("spec_overlap") is not False,
-        )
-    params = json.loads(r["params"]) if r.get("params") else {}
-    nccl = tuple(
-        sorted(
-            (k.removeprefix("nccl."), str(v))
-            for k, v in params.items()
-            if k.startswith("nccl.") and v != "unset"
-        )
-    )
-    flags = []
-    for k, v in params.items():
-        if k.startswith("flags.") and v != "off":
-            flags += [k.removeprefix("flags.")] + ([] if v == "on" else [str(v)])
-    return Candidate(nccl_env=nccl, spec=spec, flags=tuple(flags))
+def candidate_reader(space: SearchSpace) -> Callable[[Mapping[str, Any]], Candidate]:
+    """``space.candidate`` for stored parameters: the one reader of a trial's parameters.
+
+    A trial that never got parameters (a driver killed before it asked) is the baseline.
+    """
+
+    def candidate(params: Mapping[str, Any]) -> Candidate:
+        if not params:
+            return Candidate()
+        try:
+            return space.candidate(params)
+        except ConfigError as exc:
+            raise StoreError(f"stored parameters {dict(params)} are not of this search space: "
+                             f"{exc}") from exc  # fmt: skip
+
+    return candidate
 
 
-def _runs(r: dict[str, Any]) -> tuple[float, ...]:
-    return tuple(float(v) for v in json.loads(r["run_values"])) if r.get("run_values") else ()
+def save_space(out_dir: str, space: SearchSpace) -> str:
+    """Write ``<out>/search_space.json``: the report reads candidates back through it."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, SPACE_FILE)
+    _write_text(path, space.to_json() + "\n")
+    return path
 
 
-def launched(r: dict[str, Any]) -> bool:
-    """Whether a row's trial started a server (not a reuse, not refused before launch, and
-    not interrupted: an interrupted trial is tried again and counted then)."""
-    return bool(r.get("command")) and not r.get("note") and r.get("failure") != "interrupted"
+def load_space(out_dir: str) -> SearchSpace | None:
+    """The space :func:`save_space` wrote (None when the folder has none).
+
+    Raises:
+        StoreError: the file is there but is not a search space.
+    """
+    path = os.path.join(out_dir, SPACE_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc}") from exc
+    try:
+        return SearchSpace.from_json(text)
+    except ConfigError as exc:
+        raise StoreError(f"{path}: {exc}") from exc
 
 
-def observations_from_rows(
-    trial_rows: Sequence[dict[str, Any]], roles: dict[int, str]
+def observations_from_records(
+    records: Sequence[TrialRecord], roles: dict[int, str]
 ) -> list[Observation]:
     """The stored trials as the search sees them, in trial order."""
     out = []
-    for r in sorted(trial_rows, key=lambda r: int(r["trial"])):
-        number = int(r["trial"])
+    for r in sorted(records, key=lambda r: r.trial):
         out.append(
             Observation(
-                trial=number,
-                candidate=candidate_from_row(r),
-                state=TrialState(r["state"]),
-                runs=_runs(r),
-                failure=r.get("failure"),
-                role=roles.get(number, str(r.get("role") or "")),
-                launched=launched(r),
-                accept_length=_f(r.get("accept_length")),
+                trial=r.trial,
+                candidate=r.candidate,
+                state=r.result.state,
+                runs=r.run_values,
+                failure=r.result.failure,
+                role=roles.get(r.trial, r.role),
+                launched=r.launched,
+                accept_length=_f(r.result.metrics.get("accept_length")),
             )
         )
     return out
 
 
 def build_report(
-    trial_rows: list[dict[str, Any]],
+    records: Sequence[TrialRecord],
     roles: dict[int, str],
     *,
     start_noise: float = 0.01,
@@ -174,28 +193,30 @@ def build_report(
     """Pool each configuration's starts and pick the configuration to deploy.
 
     Args:
-        trial_rows: the Parquet trial rows (``ParquetTrialStore.load_trials().to_pylist()``).
+        records: the stored trials (``ParquetTrialStore.load_records``).
         roles: trial number -> "baseline" / "enqueued[i]" for the configurations tried first.
         start_noise: the prior between-start noise (``study.start_noise``).
         margin: ``study.pick_margin`` (0: the best estimate, guarded by the floors).
         equivalent: the NCCL screen's classes (equivalent sets pool into one configuration).
     """
-    observations = observations_from_rows(trial_rows, roles)
+    observations = observations_from_records(records, roles)
     evidence = weigh(observations, start_noise=start_noise, equivalent=equivalent)
-    by_trial = {int(r["trial"]): r for r in trial_rows}
-    scenarios = sorted({k.split("__", 1)[0] for r in trial_rows for k in r if "__tok_s_mean" in k})
+    by_trial = {r.trial: r for r in records}
+    scenarios = sorted(
+        {k.split("__", 1)[0] for r in records for k in r.result.metrics if "__tok_s_mean" in k}
+    )
     # A reused result is a row of its own with a note and no runs; it belongs to the
     # configuration (same candidate key) whose measurement it repeated.
     reused: dict[str, list[int]] = {}
-    for r in trial_rows:
-        if r.get("note") and r["state"] == "COMPLETE" and r.get("candidate_key"):
-            reused.setdefault(str(r["candidate_key"]), []).append(int(r["trial"]))
+    for r in records:
+        if r.reused and r.result.state is TrialState.COMPLETE and r.candidate_key:
+            reused.setdefault(r.candidate_key, []).append(r.trial)
     rows: dict[str, Row] = {}
     for key, point in evidence.points.items():
         trials = point.trials
         measured = [by_trial[t] for t in trials]
-        runs = [v for r in measured for v in _runs(r) if math.isfinite(v)]
-        accepts = [_f(r.get("accept_length")) for r in measured]
+        runs = [v for r in measured for v in r.run_values if math.isfinite(v)]
+        accepts = [_f(r.result.metrics.get("accept_length")) for r in measured]
         accepts = [a for a in accepts if math.isfinite(a)]
         role = next((roles[t] for t in trials if t in roles), "")
         rows[key] = Row(
@@ -211,11 +232,12 @@ def build_report(
             starts=point.estimate.starts,
             runs=point.estimate.runs,
             per_scenario=tuple(
-                (sc, _mean([_f(r.get(f"{sc}__tok_s_mean")) for r in measured])) for sc in scenarios
+                (sc, _mean([_f(r.result.metrics.get(f"{sc}__tok_s_mean")) for r in measured]))
+                for sc in scenarios
             ),
-            reused_by=tuple(sorted({
-                t for r in measured for t in reused.get(str(r.get("candidate_key")), ())
-            })),
+            reused_by=tuple(sorted(
+                {t for r in measured for t in reused.get(r.candidate_key, ())}
+            )),
         )  # fmt: skip
     baseline_key = next((k for k, r in rows.items() if r.role == "baseline"), None)
     if baseline_key is not None:
@@ -234,12 +256,17 @@ def build_report(
         ranked_sc = [r for r in ranked if math.isfinite(r.per_scenario[i][1])]
         if ranked_sc:
             per_scenario.append((sc, max(ranked_sc, key=lambda r: r.per_scenario[i][1])))
-    states = [str(r["state"]) for r in trial_rows]
-    saved = sum(_f(r.get("bench_s_saved")) for r in trial_rows if r["state"] == "PRUNED")
+    states = [r.result.state for r in records]
+    saved = sum(
+        _f(r.result.metrics.get("bench_s_saved"))
+        for r in records
+        if r.result.state is TrialState.PRUNED
+    )
     failures = tuple(
-        (int(r["trial"]), str(r["candidate"]), str(r.get("failure") or "unknown"))
-        for r in sorted(trial_rows, key=lambda r: int(r["trial"]))
-        if r["state"] == "FAIL" and r.get("failure") != "interrupted"
+        (r.trial, r.candidate.label(), str(r.result.failure or "unknown"))
+        for r in sorted(records, key=lambda r: r.trial)
+        if r.result.state is TrialState.FAIL
+        and r.result.failure != FailureReason.INTERRUPTED.value
     )
     return StudyReport(
         rows=tuple(ranked),
@@ -248,10 +275,10 @@ def build_report(
         fastest=rows[choice.best.key] if choice else None,
         pick_note=choice.note if choice else "",
         failed=len(failures),
-        pruned=states.count("PRUNED"),
-        total=len(trial_rows),
-        reused=sum(1 for r in trial_rows if r.get("note")),
-        restarts=sum(1 for r in trial_rows if launched(r)),
+        pruned=states.count(TrialState.PRUNED),
+        total=len(records),
+        reused=sum(1 for r in records if r.reused),
+        restarts=sum(1 for r in records if r.launched),
         best_per_scenario=tuple(per_scenario),
         bench_s_saved=0.0 if math.isnan(saved) else saved,
         failures=failures,

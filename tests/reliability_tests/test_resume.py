@@ -237,10 +237,10 @@ def test_killed_while_reconciling_an_interrupted_trial(tmp_path, monkeypatch, ki
             raise Killed("killed before the retry was enqueued")
         return real_enqueue(self, params, user_attrs, **kwargs)
 
-    def append(self, result, extra=None):
-        if killed_at == "interrupted row" and result.failure == INTERRUPTED:
+    def append(self, record):
+        if killed_at == "interrupted row" and record.result.failure == INTERRUPTED:
             raise Killed("killed before the interrupted row was written")
-        return real_append(self, result, extra)
+        return real_append(self, record)
 
     def tell(self, trial, values=None, state=None, **kwargs):
         if killed_at == "tell FAIL" and state is TrialState.FAIL:

@@ -18,7 +18,10 @@ from rayspec.report import write_report
 from rayspec.report.__main__ import main
 from rayspec.report._load import load_study_folder
 from rayspec.report._markdown import table_rows
+from rayspec.search import SearchSpace
+from rayspec.search import canonical_key
 from rayspec.store import trial_schema
+from rayspec.tune._report import SPACE_FILE
 from tests.helpers import REPO
 from tests.report_tests.conftest import Study
 from tests.report_tests.conftest import simulated_study
@@ -145,6 +148,32 @@ def test_the_command_line_rebuilds_it_without_the_study(study: Study, tmp_path) 
     assert len([f for f in os.listdir(os.path.join(copy, "plots")) if f.endswith(".png")]) >= 3
     # The same table as the driver's report.
     assert table_rows(load_study_folder(copy)) == table_rows(load_study_folder(study.out_dir))
+
+
+def test_the_report_candidates_are_the_search_spaces_own(study: Study) -> None:
+    with open(os.path.join(study.out_dir, SPACE_FILE), encoding="utf-8") as fh:
+        space = SearchSpace.from_json(fh.read())
+    data = load_study_folder(study.out_dir)
+    rows = _rows(study)
+    assert [r.trial for r in data.records] == sorted(rows)
+    for record in data.records:
+        params = json.loads(rows[record.trial]["params"])
+        assert record.candidate == space.candidate(params)
+        if rows[record.trial]["candidate_key"]:  # the configuration the study ran
+            assert canonical_key(record.candidate) == rows[record.trial]["candidate_key"]
+        assert list(record.run_values) == json.loads(rows[record.trial]["run_values"] or "[]")
+    by_trial = {r.trial: r for r in data.records}
+    for row in data.report.rows:
+        assert row.candidate == by_trial[row.trial].candidate
+
+
+def test_an_older_folder_reads_its_space_from_the_optuna_study(study: Study, tmp_path) -> None:
+    copy = str(tmp_path / "copy")
+    shutil.copytree(study.out_dir, copy, ignore=shutil.ignore_patterns("report.md", "plots"))
+    os.remove(os.path.join(copy, SPACE_FILE))  # a study written before the folder kept it
+    assert table_rows(load_study_folder(copy)) == table_rows(load_study_folder(study.out_dir))
+    os.remove(os.path.join(copy, "optuna.journal"))
+    assert main([copy]) == 2  # no space to read the parameters with: one line, exit 2
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path) -> None:

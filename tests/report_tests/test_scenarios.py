@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 from rayspec import Candidate
 from rayspec import LaunchSpec
 from rayspec import RequestRecord
 from rayspec import SpecSettings
+from rayspec import TrialRecord
 from rayspec import TrialResult
 from rayspec._types import TrialState
 from rayspec.report import write_report
 from rayspec.report._load import load_study_folder
 from rayspec.report._plots import scenario_values
+from rayspec.search import SearchSpace
 from rayspec.store import ParquetTrialStore
+from rayspec.tune._report import save_space
 
 LAUNCH = LaunchSpec(
     argv=("python", "-m", "sglang.launch_server", "--port", "30000"), env=(), host="127.0.0.1",
@@ -47,11 +49,15 @@ def test_two_scenarios_draw_the_best_configuration_per_concurrency(tmp_path) -> 
         (_trial(1, SpecSettings("EAGLE3", 3, 1, 4), [92.0, 93.0, 91.0], 380.0), ""),
         (_trial(2, SpecSettings("EAGLE3", 2, 4, 6), [90.0, 89.0, 90.5], 450.0), ""),
     ]
+    space = SearchSpace(modes=("off", "EAGLE3"), num_steps=(2, 3), eagle_topk=(1, 4),
+                        num_draft_tokens=(4, 6), nccl=(), flags=())  # fmt: skip
+    save_space(root, space)  # what the driver leaves in a study folder
     for restart, (result, role) in enumerate(trials, 1):
-        runs = json.dumps([r for r in (result.metrics["tok_s_peak"], result.value) if r])
-        store.append_trial(result, {"role": role or None, "restart": float(restart),
-                                    "run_values": runs})  # fmt: skip
+        runs = tuple(r for r in (result.metrics["tok_s_peak"], result.value) if r)
+        store.append_trial(TrialRecord(result, params=space.params_of(result.candidate),
+                                       role=role, restart=restart, run_values=runs))  # fmt: skip
     data = load_study_folder(root)
+    assert [r.candidate for r in data.records] == [result.candidate for result, _ in trials]
     per = {sc: max(values, key=lambda rv: rv[1]) for sc, _, values in scenario_values(data)}
     assert per["single"][0].trial == 1 and per["c8"][0].trial == 2 and per["c8"][1] == 450.0
     files = write_report(root)

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 from rayspec import Candidate
 from rayspec import RequestRecord
 from rayspec import SpecSettings
+from rayspec import TrialRecord
 from rayspec import TrialResult
 from rayspec._types import TrialState
 from rayspec.bench import summarize
@@ -40,7 +41,7 @@ def _result(n: int, metrics: dict[str, float], state: str = "COMPLETE") -> Trial
 def test_a_baseline_row_and_a_later_row_read_whole_with_pq_read_table(tmp_path) -> None:
     store = ParquetTrialStore(str(tmp_path), scenarios=["c8"])
     # The baseline: no comparison columns yet (nothing to compare it with).
-    store.append_trial(_result(0, {"tok_s_mean": 60.0, "runs": 3.0}), {"role": "baseline"})
+    store.append_trial(TrialRecord(_result(0, {"tok_s_mean": 60.0, "runs": 3.0}), role="baseline"))
     later = {"tok_s_mean": 90.0, "accept_length": 1.9, "vs_baseline_ratio": 1.5,
              "vs_baseline_significant": 1.0, "vs_incumbent_p": 0.01, "incumbent_trial": 0.0,
              "c8__tok_s_mean": 300.0}  # fmt: skip

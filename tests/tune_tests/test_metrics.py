@@ -6,6 +6,7 @@ import math
 import types
 
 from rayspec._types import Candidate
+from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
 from rayspec.tune._metrics import StudyMetrics
@@ -52,9 +53,10 @@ def _result(n: int, state: TrialState, tok_s: float = math.nan, failure: str | N
 
 def test_one_call_per_trial_updates_every_metric() -> None:
     module, made = _fake()
-    rows = [{"state": "COMPLETE", "value": 70.0}, {"state": "COMPLETE", "value": 99.0,
-             "note": "reused the measurement of trial 0"}]  # fmt: skip
-    metrics = StudyMetrics("s", budget=14, rows=rows, module=module)
+    records = [TrialRecord(_result(0, TrialState.COMPLETE, 70.0)),
+               TrialRecord(_result(3, TrialState.COMPLETE, 99.0),
+                           note="reused the measurement of trial 0")]  # fmt: skip
+    metrics = StudyMetrics("s", budget=14, records=records, module=module)
     assert metrics.best_tok_s == 70.0  # a reused row is not a measurement
     metrics.trial_done(_result(1, TrialState.COMPLETE, 91.5), restarts=2)
     metrics.trial_done(_result(2, TrialState.FAIL, failure="wrong_output"), restarts=3)
