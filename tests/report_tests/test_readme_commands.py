@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -49,9 +50,10 @@ def test_the_readme_shows_the_report_pandas_duckdb_and_optuna_commands() -> None
 
 @pytest.fixture()
 def quickstart_folder(study: Study, tmp_path: object) -> str:
-    """A folder with ``runs/eagle3-twin`` (the simulated study) and ``.venv`` (this venv)."""
+    """A folder with ``runs/eagle3-twin`` (a copy of the simulated study: the report command
+    rewrites its report.md, which the other tests read) and ``.venv`` (this venv)."""
     folder = str(tmp_path)
-    os.symlink(os.path.dirname(study.out_dir), os.path.join(folder, "runs"))
+    shutil.copytree(study.out_dir, os.path.join(folder, "runs", "eagle3-twin"), symlinks=True)
     os.symlink(sys.prefix, os.path.join(folder, ".venv"))
     assert os.path.basename(study.out_dir) == "eagle3-twin"
     return folder
