@@ -32,9 +32,9 @@ from tests.helpers import free_port_block
 KIND = "h200"  # the node kind the studies ask for; the "l40s" node must never be used
 FAST = [
     "bench.warmup=0",
-    "bench.repeats=2",
-    "bench.max_repeats=2",
-    "bench.max_tokens=60",
+    "bench.repeats=1",
+    "bench.max_repeats=1",
+    "bench.max_tokens=40",
     "server.twin.startup_s=0.2",
     "study.pruning=false",
     "cluster.max_concurrent_trials=0",
@@ -129,6 +129,14 @@ def _port(row: dict[str, Any]) -> str:
     return str(argv[argv.index("--port") + 1])
 
 
+def _free_gpus_of(nodes: _Nodes, kind: str) -> float:
+    """GPUs free now on the alive nodes of ``kind`` (the other nodes' GPUs are never used)."""
+    import ray
+
+    others = sum(8 for n in nodes.cluster.worker_nodes if nodes.kinds.get(n.node_id) != kind)
+    return float(ray.available_resources().get("GPU", 0.0)) - others
+
+
 def _wait_for(check: Any, timeout_s: float, what: str) -> None:
     end = time.monotonic() + timeout_s
     while not check():
@@ -142,10 +150,10 @@ def test_tp4_trials_pack_onto_the_nodes_of_the_asked_kind(nodes: _Nodes, tmp_pat
     nodes.add("l40s")  # 8 GPUs too, but not the study's kind
     # Room is counted per node (8 // 4 on the one h200 node), never on the l40s node.
     assert room(4, KIND) == 2 and room(4) == 4 and room(8, KIND) == 1 and room(3, KIND) == 2
-    cfg = _cfg(tmp_path, "server.tp_size=4", "study.max_restarts=4")
+    cfg = _cfg(tmp_path, "server.tp_size=4", "study.max_restarts=3")
     outcome = run_study(cfg, printer=lambda _l: None, slots=functools.partial(room, 4, KIND))
     rows = _rows(cfg)
-    assert outcome.restarts == 4 and len(rows) == outcome.ran
+    assert outcome.restarts == 3 and len(rows) == outcome.ran
     assert {_node_of(r) for r in rows if r["command"]} == {a.node_id[:12]}
     assert all(r["state"] == "COMPLETE" for r in rows), [r["failure_detail"] for r in rows]
     pairs = _overlapping(rows)
@@ -156,7 +164,7 @@ def test_tp4_trials_pack_onto_the_nodes_of_the_asked_kind(nodes: _Nodes, tmp_pat
 def test_a_node_that_joins_mid_study_is_used(nodes: _Nodes, tmp_path) -> None:
     if not nodes.alive(KIND):
         nodes.add(KIND)
-    cfg = _cfg(tmp_path, "server.tp_size=8", "study.max_restarts=4")
+    cfg = _cfg(tmp_path, "server.tp_size=8", "study.max_restarts=3")
     assert room(8, KIND) == 1
     out: dict[str, Any] = {}
     study = threading.Thread(
@@ -168,7 +176,7 @@ def test_a_node_that_joins_mid_study_is_used(nodes: _Nodes, tmp_path) -> None:
               60, "the first trial")  # fmt: skip
     late = nodes.add(KIND)
     study.join(timeout=120)
-    assert not study.is_alive() and out["o"].restarts == 4
+    assert not study.is_alive() and out["o"].restarts == 3
     rows = _rows(cfg)
     assert late.node_id[:12] in {_node_of(r) for r in rows}, "the late node ran no trial"
     assert _overlapping(rows), "the late node never ran a trial beside the first node's"
@@ -178,7 +186,7 @@ def test_a_node_lost_mid_trial_is_retried_elsewhere(nodes: _Nodes, tmp_path) -> 
     while len(nodes.alive(KIND)) < 2:
         nodes.add(KIND)
     # Long enough trials (a slow start) that the node can be removed while one runs.
-    cfg = _cfg(tmp_path, "server.tp_size=8", "study.max_restarts=4", "server.twin.startup_s=2")
+    cfg = _cfg(tmp_path, "server.tp_size=8", "study.max_restarts=4", "server.twin.startup_s=1.5")
     assert room(8, KIND) >= 2
     lines: list[str] = []
     out: dict[str, Any] = {}
@@ -187,9 +195,9 @@ def test_a_node_lost_mid_trial_is_retried_elsewhere(nodes: _Nodes, tmp_path) -> 
             cfg, printer=lines.append, slots=functools.partial(room, 8, KIND)))
     )  # fmt: skip
     study.start()
-    logs = os.path.join(cfg.out_dir, "logs")
-    _wait_for(lambda: len(glob.glob(os.path.join(logs, "trial-*.log"))) >= 2, 60, "two trials")
-    time.sleep(1.0)  # both servers starting
+    # Every h200 node busy (one TP8 trial each), then a moment into the trials.
+    _wait_for(lambda: _free_gpus_of(nodes, KIND) == 0, 60, "a trial on each node")
+    time.sleep(1.0)
     victim = nodes.alive(KIND)[-1]
     nodes.cluster.remove_node(victim, allow_graceful=False)
     study.join(timeout=150)
@@ -212,3 +220,58 @@ def test_a_node_lost_mid_trial_is_retried_elsewhere(nodes: _Nodes, tmp_path) -> 
     assert sorted(numbers) == sorted({t.number for t in handle.trials()})
     assert len(set(numbers)) == len(numbers) and not handle.running()
     assert out["o"].restarts == 4
+
+
+def test_a_killed_cli_driver_resumes_with_trials_on_two_nodes(nodes: _Nodes, tmp_path) -> None:
+    """``python -m rayspec.tune`` joins the cluster (``cluster.address``), runs one trial per
+    node; SIGKILL it mid-trial, run it again: the trials that ran are interrupted and tried
+    again, no server outlives its driver, one row per Optuna trial."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+    from tests.reliability_tests._support import SUBPROCESS_ENV
+    from tests.reliability_tests._support import kill_leftovers
+    from tests.reliability_tests._support import wait_no_processes
+
+    while len(nodes.alive(KIND)) < 2:
+        nodes.add(KIND)
+    port = free_port_block(8)
+    argv = [
+        sys.executable, "-m", "rayspec.tune", TWIN_EXPERIMENT, f"output.dir={tmp_path}",
+        f"cluster.address={nodes.cluster.address}", f"server.port={port}", *FAST,
+        "server.tp_size=8", "study.max_restarts=3", "server.twin.startup_s=1.5",
+    ]  # fmt: skip
+    logs = os.path.join(str(tmp_path), "eagle3-twin", "logs")
+    ours = [f"--port {p} " for p in range(port, port + 8)]  # this study's twin servers
+    first = subprocess.Popen(argv, cwd=REPO, env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        # Both h200 nodes busy at once: one TP8 trial on each.
+        _wait_for(lambda: _free_gpus_of(nodes, KIND) == 0, 90, "a trial on each node")
+        _wait_for(lambda: len(glob.glob(os.path.join(logs, "trial-*.log"))) >= 2, 30,
+                  "two trials")  # fmt: skip
+        time.sleep(1.0)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        left = wait_no_processes(*ours, timeout_s=20)
+        assert not left, f"servers outlived the killed driver: {left}"
+        again = subprocess.run(argv, cwd=REPO, env=SUBPROCESS_ENV, capture_output=True,
+                               text=True, timeout=180)  # fmt: skip
+        assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+        kill_leftovers(*ours)
+    cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
+    rows = _rows(cfg)
+    handle = open_study(cfg, SearchSpace.from_config(cfg.search))
+    interrupted = [r for r in rows if r["failure"] == "interrupted"]
+    assert len(interrupted) == 2, [(r["trial"], r["failure"], r["node"]) for r in rows]
+    retried = {t.attrs.get("retry_of") for t in handle.trials()}
+    assert all(r["trial"] in retried for r in interrupted)
+    numbers = [r["trial"] for r in rows]
+    assert sorted(numbers) == sorted(t.number for t in handle.trials())
+    assert not handle.running()
+    assert sum(1 for r in rows if r["command"] and r["failure"] != "interrupted") == 3
