@@ -260,6 +260,8 @@ def test_a_killed_cli_driver_resumes_with_trials_on_two_nodes(nodes: _Nodes, tmp
         again = subprocess.run(argv, cwd=REPO, env=SUBPROCESS_ENV, capture_output=True,
                                text=True, timeout=180)  # fmt: skip
         assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+        # The cluster as the driver counts it: the l40s node's GPUs are not the study's.
+        assert f"2 nodes with {KIND}, 16 GPUs, 2 trials at once" in again.stdout
     finally:
         if first.poll() is None:
             first.kill()
