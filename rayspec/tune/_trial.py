@@ -208,15 +208,42 @@ def node_lost(node_id: str, exc: BaseException | None = None, wait_s: float | No
         return False
     if not isinstance(exc, ray.exceptions.RayActorError):
         return not node_alive(node_id)
-    if wait_s is None:
-        unreachable = isinstance(exc, ray.exceptions.ActorUnavailableError)
-        wait_s = _NODE_DEATH_WAIT_S if unreachable else _ACTOR_DEATH_WAIT_S
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + (_death_wait_s(exc) if wait_s is None else wait_s)
     while True:
         if not node_alive(node_id):
             return True
         if time.monotonic() >= deadline:
             return False
+        time.sleep(0.25)
+
+
+def _death_wait_s(exc: BaseException) -> float:
+    unreachable = isinstance(exc, ray.exceptions.ActorUnavailableError)
+    return _NODE_DEATH_WAIT_S if unreachable else _ACTOR_DEATH_WAIT_S
+
+
+def _alive_nodes() -> dict[str, str]:
+    """The alive nodes now: node id -> ``"<ip> <node id>"`` (as a trial row names its node)."""
+    return {
+        str(n["NodeID"]): f"{n.get('NodeManagerAddress', '')} {str(n['NodeID'])[:12]}"
+        for n in ray.nodes()  # type: ignore[no-untyped-call]
+        if n.get("Alive")
+    }
+
+
+def _lost_unplaced(exc: BaseException, alive_at_start: dict[str, str]) -> str:
+    """After an actor error that came before the trial learnt its node: the node it was on,
+    when one of the nodes alive at the trial's start has died since ("" otherwise)."""
+    if not isinstance(exc, ray.exceptions.RayActorError) or not alive_at_start:
+        return ""
+    deadline = time.monotonic() + _death_wait_s(exc)
+    while True:
+        now = _alive_nodes()
+        dead = [label for nid, label in alive_at_start.items() if nid not in now]
+        if dead:
+            return dead[0] if len(dead) == 1 else "one of " + ", ".join(dead)
+        if time.monotonic() >= deadline:
+            return ""
         time.sleep(0.25)
 
 
@@ -259,6 +286,7 @@ def run_trial(
     # The trial's GPUs on one node (num_gpus never spans nodes), on a node that declares
     # cluster.node_resource when it is set.
     resource = cfg.cluster.node_resource
+    alive_at_start = _alive_nodes()  # to name the node if it dies before the trial knows it
     server = ServerActor.options(  # type: ignore[attr-defined]
         num_gpus=cfg.server.tp_size,
         resources={resource: NODE_RESOURCE_SHARE} if resource else None,
@@ -310,12 +338,18 @@ def run_trial(
             log_tail=exc.log_tail or _log_tail(server, launch), node=node_ip,
         )  # fmt: skip
     except ray.exceptions.RayError as exc:
-        lost = not LIVE_ACTORS.stopping and node_lost(node_id, exc)
+        lost_on = ""
+        if not LIVE_ACTORS.stopping:
+            if node_id:
+                lost_on = node_ip if node_lost(node_id, exc) else ""
+            else:  # while the server actor was being placed or started
+                lost_on = _lost_unplaced(exc, alive_at_start)
+        lost = bool(lost_on)
         if lost:
             return failed_result(
                 number, candidate, FailureReason.NODE_LOST,
-                _lost_detail(node_ip, "mid-trial"), launch=launch, start=start,
-                log_tail=_log_tail(server, launch), node=node_ip,
+                _lost_detail(lost_on, "mid-trial"), launch=launch, start=start,
+                log_tail=_log_tail(server, launch), node=lost_on,
             )  # fmt: skip
         return failed_result(
             number, candidate, FailureReason.UNKNOWN, _message(exc)[:2000],
