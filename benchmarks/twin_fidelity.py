@@ -48,9 +48,16 @@ PROMPT = (
 
 def eagle(steps: int, topk: int, ndt: int) -> tuple[str, ...]:
     return (
-        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "eagle3-drafter",
-        "--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
-        "--speculative-num-draft-tokens", str(ndt),
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "eagle3-drafter",
+        "--speculative-num-steps",
+        str(steps),
+        "--speculative-eagle-topk",
+        str(topk),
+        "--speculative-num-draft-tokens",
+        str(ndt),
     )
 
 
@@ -67,20 +74,41 @@ class Row:
 ROWS = (
     Row("baseline, no speculation, NCCL tuned", 88.8, 89.0, TUNED, ()),
     Row("baseline, no speculation, NCCL default", 62.9, 63.0, {}, ()),
-    Row("EAGLE-3 5 steps, NCCL default", 71.3, 75.3, {}, eagle(5, 1, 6),
-        SpecSettings("EAGLE3", 5, 1, 6)),
-    Row("EAGLE-3 5 steps, NCCL tuned", 86.7, 94.0, TUNED, eagle(5, 1, 6),
-        SpecSettings("EAGLE3", 5, 1, 6)),
-    Row("EAGLE-3 2 steps (3 draft, topk 1), NCCL tuned", 94.0, 96.9, TUNED, eagle(2, 1, 3),
-        SpecSettings("EAGLE3", 2, 1, 3)),
+    Row(
+        "EAGLE-3 5 steps, NCCL default",
+        71.3,
+        75.3,
+        {},
+        eagle(5, 1, 6),
+        SpecSettings("EAGLE3", 5, 1, 6),
+    ),
+    Row(
+        "EAGLE-3 5 steps, NCCL tuned",
+        86.7,
+        94.0,
+        TUNED,
+        eagle(5, 1, 6),
+        SpecSettings("EAGLE3", 5, 1, 6),
+    ),
+    Row(
+        "EAGLE-3 2 steps (3 draft, topk 1), NCCL tuned",
+        94.0,
+        96.9,
+        TUNED,
+        eagle(2, 1, 3),
+        SpecSettings("EAGLE3", 2, 1, 3),
+    ),
 )
 
 
 def one_request(client: httpx.Client, max_tokens: int) -> tuple[float, float, float | None]:
     """One streamed request: whole-request tok/s, decode tok/s after the first chunk, and the
     accept length (None without speculation)."""
-    body = {"text": PROMPT, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0},
-            "stream": True}
+    body = {
+        "text": PROMPT,
+        "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0},
+        "stream": True,
+    }
     t0 = time.perf_counter()
     first: tuple[float, int] | None = None
     meta: dict[str, object] = {}
@@ -132,10 +160,14 @@ def sweep(seeds: int, runs: int, max_tokens: int, profile: str, tolerance: float
     from rayspec.twin._text import count_prompt_tokens
 
     prompt_tokens = count_prompt_tokens(PROMPT)
-    print(f"twin fidelity over seeds 0..{seeds - 1} (in process): {runs} runs x {max_tokens} "
-          f"tokens after 1 warm-up, profile {profile}")
-    print(f"| {'config':<48} | field avg | min ratio | median | max ratio | seeds outside "
-          f"±{tolerance:.0%} |")
+    print(
+        f"twin fidelity over seeds 0..{seeds - 1} (in process): {runs} runs x {max_tokens} "
+        f"tokens after 1 warm-up, profile {profile}"
+    )
+    print(
+        f"| {'config':<48} | field avg | min ratio | median | max ratio | seeds outside "
+        f"±{tolerance:.0%} |"
+    )
     print(f"|{'-' * 50}|-----------|-----------|--------|-----------|{'-' * 19}|")
     for row in ROWS:
         ratios = []
@@ -160,8 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="--twin-seed of every twin")
     parser.add_argument("--profile", default="kimi-k2.5-tp8-pcie", help="--twin-profile")
     parser.add_argument("--tolerance", type=float, default=0.05, help="allowed |mean ratio - 1|")
-    parser.add_argument("--sweep", type=int, default=0, metavar="N",
-                        help="measure seeds 0..N-1 in process and print the spread per row")
+    parser.add_argument(
+        "--sweep",
+        type=int,
+        default=0,
+        metavar="N",
+        help="measure seeds 0..N-1 in process and print the spread per row",
+    )
     ns = parser.parse_args(argv)
     if ns.sweep > 0:
         sweep(ns.sweep, ns.runs, ns.max_tokens, ns.profile, ns.tolerance)
@@ -171,8 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         f"| twin decode "
         f"| accept len | mean ratio | peak ratio |"
     )
-    print(f"twin fidelity: {ns.runs} runs x {ns.max_tokens} tokens after 1 warm-up, "
-          f"seed {ns.seed}, profile {ns.profile}")
+    print(
+        f"twin fidelity: {ns.runs} runs x {ns.max_tokens} tokens after 1 warm-up, "
+        f"seed {ns.seed}, profile {ns.profile}"
+    )
     print(header)
     print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
     ok = True

@@ -32,10 +32,18 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
     ("max-restarts-zero", {}, ["study.max_restarts=0"], "study.max_restarts: 0 must be"),
     ("max-wall-negative", {}, ["study.max_wall_s=-5"], "study.max_wall_s: -5.0 must be"),
     ("start-noise", {}, ["study.start_noise=2"], "study.start_noise: 2.0 must be in"),
-    ("max-repeats-below", {}, ["bench.repeats=5", "bench.max_repeats=3"],
-     "bench.max_repeats: 3 must be at least bench.repeats (5)"),
-    ("screen-tolerance", {}, ["search.nccl_screen.tolerance=1.5"],
-     "search.nccl_screen.tolerance: 1.5"),
+    (
+        "max-repeats-below",
+        {},
+        ["bench.repeats=5", "bench.max_repeats=3"],
+        "bench.max_repeats: 3 must be at least bench.repeats (5)",
+    ),
+    (
+        "screen-tolerance",
+        {},
+        ["search.nccl_screen.tolerance=1.5"],
+        "search.nccl_screen.tolerance: 1.5",
+    ),
     ("screen-max-sets", {}, ["search.nccl_screen.max_sets=0"], "search.nccl_screen.max_sets"),
     ("port-range", {}, ["server.port=70000"], "server.port: 70000"),
     ("tp-zero", {}, ["server.tp_size=0"], "server.tp_size: 0"),
@@ -112,12 +120,24 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
         "server.twin.fault",
     ),
     ("twin-profile", {"server": {"twin": {"profile": "no-such-node"}}}, [], "server.twin.profile"),
-    ("twin-tp-too-large", {}, ["server.tp_size=16"],
-     "server.tp_size: 16 is more than the 8 GPUs of the twin's node"),
-    ("node-resource-builtin", {}, ["cluster.node_resource=GPU"],
-     "cluster.node_resource: 'GPU' is not a custom resource name"),
-    ("node-resource-spaces", {"cluster": {"node_resource": "h200 nodes"}}, [],
-     "cluster.node_resource: 'h200 nodes' is not a custom resource name"),
+    (
+        "twin-tp-too-large",
+        {},
+        ["server.tp_size=16"],
+        "server.tp_size: 16 is more than the 8 GPUs of the twin's node",
+    ),
+    (
+        "node-resource-builtin",
+        {},
+        ["cluster.node_resource=GPU"],
+        "cluster.node_resource: 'GPU' is not a custom resource name",
+    ),
+    (
+        "node-resource-spaces",
+        {"cluster": {"node_resource": "h200 nodes"}},
+        [],
+        "cluster.node_resource: 'h200 nodes' is not a custom resource name",
+    ),
 ]
 
 

@@ -36,14 +36,21 @@ def _flags(data: StudyData, row: Row) -> list[str]:
     flags = []
     if report.best is not None and row.trials == report.best.trials:
         flags.append("**picked**")
-    if report.fastest is not None and report.best is not None and \
-            row.trials == report.fastest.trials and report.fastest.trials != report.best.trials:
+    if (
+        report.fastest is not None
+        and report.best is not None
+        and row.trials == report.fastest.trials
+        and report.fastest.trials != report.best.trials
+    ):
         flags.append("best estimate, not picked")  # fmt: skip
     if row.role:
         flags.append(row.role)
     low, high = _WITHIN_NOISE
-    if report.baseline is not None and row.trials != report.baseline.trials \
-            and low < row.vs_baseline_confidence < high:
+    if (
+        report.baseline is not None
+        and row.trials != report.baseline.trials
+        and low < row.vs_baseline_confidence < high
+    ):
         flags.append("within noise of the baseline")  # fmt: skip
     by_trial = {r.trial: r for r in data.records}
     measured = [by_trial[t] for t in row.trials if t in by_trial]

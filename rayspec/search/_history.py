@@ -187,9 +187,7 @@ def _smooth(
         means, sds = surface.predict([spec_features(p.candidate.spec)])
         e = p.estimate
         smoothed = Estimate(math.exp(float(means[0])), float(sds[0]), e.starts, e.runs, e.within)
-        out[p.key] = Point(
-            p.key, p.candidate, smoothed, p.trials, p.floor, p.complete, p.lattice
-        )
+        out[p.key] = Point(p.key, p.candidate, smoothed, p.trials, p.floor, p.complete, p.lattice)
     return out
 
 

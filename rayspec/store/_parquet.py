@@ -298,7 +298,8 @@ def trial_row(record: TrialRecord | TrialResult, scenarios: Sequence[str] = ()) 
                 _warned.add(key)
                 _log.warning(
                     "trial metric %r is not declared in rayspec/store/_parquet.py "
-                    "TRIAL_METRICS: stored, but readers of one file's schema may miss it", key
+                    "TRIAL_METRICS: stored, but readers of one file's schema may miss it",
+                    key,
                 )
             fields.append(pa.field(key, pa.float64()))
     return pa.Table.from_pylist([row], schema=pa.schema(fields))

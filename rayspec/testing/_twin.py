@@ -81,7 +81,8 @@ class TwinProcess:
         argv += ["--host", self.host, "--port", str(self.port), *args]
         self.argv = argv
         self.env = {
-            k: v for k, v in os.environ.items()
+            k: v
+            for k, v in os.environ.items()
             if not k.startswith(("NCCL_", "SGLANG_", "CUDA_DEVICE_MAX_CONNECTIONS"))
         }
         self.env.update(env or {})
@@ -99,7 +100,10 @@ class TwinProcess:
         """Start the process (no wait)."""
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                self.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
                 start_new_session=True,
             )
         return self

@@ -382,8 +382,7 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
         f"# rayspec study {cfg.study.name}, trial {row.trial}: {row.label}",
         f"# {row.tok_s_mean:.1f} tok/s ({row.starts} server starts x "
         f"{row.runs // max(1, row.starts)} runs pooled), {row.tok_s_peak:.1f} peak, "
-        f"{vs} vs baseline"
-        + (f" ({baseline.tok_s_mean:.1f} tok/s)" if baseline else ""),
+        f"{vs} vs baseline" + (f" ({baseline.tok_s_mean:.1f} tok/s)" if baseline else ""),
     ]
     if cfg.server.engine is Engine.twin:
         lines.append(

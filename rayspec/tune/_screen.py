@@ -185,8 +185,7 @@ def run_screen(
 def _summary(report: ScreenReport, elapsed_s: float, sizes: list[int]) -> str:
     failed = report.failed()
     line = (
-        f"NCCL screen: {plural(len(report.results), 'set')} in {elapsed_s:.1f} s "
-        f"({report.source})"
+        f"NCCL screen: {plural(len(report.results), 'set')} in {elapsed_s:.1f} s ({report.source})"
     )
     if report.classes:
         best = report.classes[0]

@@ -49,13 +49,35 @@ from rayspec.twin._text import detokenize
 from rayspec.twin._text import encode
 from rayspec.twin._text import eos_position
 
-SAMPLING_KEYS = frozenset({
-    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
-    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens",
-    "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
-    "spaces_between_special_tokens", "no_stop_trim", "custom_params", "stream_interval",
-    "logit_bias", "sampling_seed",
-})
+SAMPLING_KEYS = frozenset(
+    {
+        "max_new_tokens",
+        "stop",
+        "stop_token_ids",
+        "stop_regex",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_new_tokens",
+        "n",
+        "json_schema",
+        "regex",
+        "ebnf",
+        "structural_tag",
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+        "custom_params",
+        "stream_interval",
+        "logit_bias",
+        "sampling_seed",
+    }
+)
 FLUSH_OK = (
     "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
     "waiting requests, the operation will not be performed.)\n"
@@ -149,8 +171,13 @@ def _sse(obj: Any) -> bytes:
 
 
 def _error(status: int, message: str) -> web.Response:
-    body = {"object": "error", "message": message, "type": "BadRequest", "param": None,
-            "code": status}
+    body = {
+        "object": "error",
+        "message": message,
+        "type": "BadRequest",
+        "param": None,
+        "code": status,
+    }
     return web.json_response(body, status=status)
 
 
@@ -280,37 +307,44 @@ class TwinServer:
         return web.json_response({"status": "not ready"}, status=503)
 
     async def model_info(self, request: web.Request) -> web.Response:
-        return web.json_response({
-            "model_path": self.args["model_path"],
-            "served_model_name": self.model_name,
-            "tokenizer_path": self.args.get("tokenizer_path") or self.args["model_path"],
-            "is_generation": True,
-            "preferred_sampling_params": None,
-            "weight_version": "default",
-            "load_format": self.args.get("load_format", "auto"),
-            "reasoning_parser": None,
-            "tool_call_parser": None,
-            "disaggregation_mode": "null",
-            "has_image_understanding": False,
-            "has_audio_understanding": False,
-            "model_type": "kimi_k25",
-            "architectures": [self.twin_info.get("architecture", "")],
-        })
+        return web.json_response(
+            {
+                "model_path": self.args["model_path"],
+                "served_model_name": self.model_name,
+                "tokenizer_path": self.args.get("tokenizer_path") or self.args["model_path"],
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "load_format": self.args.get("load_format", "auto"),
+                "reasoning_parser": None,
+                "tool_call_parser": None,
+                "disaggregation_mode": "null",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": "kimi_k25",
+                "architectures": [self.twin_info.get("architecture", "")],
+            }
+        )
 
     def server_info_dict(self) -> dict[str, Any]:
         """The ``/server_info`` body (also used by the metrics and tests)."""
         args = dict(self.args)
         internal: dict[str, Any] = dict(args)
-        internal.update({
-            "world_size": args["tp_size"],
-            "startup_time": self.startup_time,
-            "effective_max_running_requests_per_dp": self.engine.cap,
-            "last_gen_throughput": self.engine.stats.last_gen_throughput,
-            "memory_usage": {
-                "weight": 0.0, "kvcache": 0.0, "startup_available": 0.0,
-                "token_capacity": self.engine.max_total_tokens, "graph": {},
-            },
-        })
+        internal.update(
+            {
+                "world_size": args["tp_size"],
+                "startup_time": self.startup_time,
+                "effective_max_running_requests_per_dp": self.engine.cap,
+                "last_gen_throughput": self.engine.stats.last_gen_throughput,
+                "memory_usage": {
+                    "weight": 0.0,
+                    "kvcache": 0.0,
+                    "startup_available": 0.0,
+                    "token_capacity": self.engine.max_total_tokens,
+                    "graph": {},
+                },
+            }
+        )
         accept = self.engine.avg_spec_accept_length()
         if accept is not None:
             internal["avg_spec_accept_length"] = accept
@@ -318,22 +352,25 @@ class TwinServer:
             internal["step_time_dict"] = {
                 k: list(v) for k, v in self.engine.step_time_dict.items()
             }
-        args.update({
-            "launch_command": self.launch_command,
-            "version": self.version_text,
-            "frontend": "python",
-            "startup_time": self.startup_time,
-            "kv_events": None,
-            "internal_states": [internal],
-            "rayspec_twin": self.twin_info,
-        })
+        args.update(
+            {
+                "launch_command": self.launch_command,
+                "version": self.version_text,
+                "frontend": "python",
+                "startup_time": self.startup_time,
+                "kv_events": None,
+                "internal_states": [internal],
+                "rayspec_twin": self.twin_info,
+            }
+        )
         return args
 
     async def server_info(self, request: web.Request) -> web.Response:
         if request.path == "/get_server_info" and self.version >= (0, 5, 12):
             self.log.server(
                 "Endpoint '/get_server_info' is deprecated and will be removed in a future "
-                "version. Please use '/server_info' instead.", logging.WARNING,
+                "version. Please use '/server_info' instead.",
+                logging.WARNING,
             )
         return web.json_response(self.server_info_dict())
 
@@ -351,8 +388,11 @@ class TwinServer:
     async def set_internal_state(self, request: web.Request) -> web.Response:
         body = await request.json()
         updates = body.get("server_args", {}) if isinstance(body, dict) else {}
-        allowed = {"pp_max_micro_batch_size", "speculative_accept_threshold_single",
-                   "speculative_accept_threshold_acc"}
+        allowed = {
+            "pp_max_micro_batch_size",
+            "speculative_accept_threshold_single",
+            "speculative_accept_threshold_acc",
+        }
         if any(k not in allowed and not k.startswith("dspark_") for k in updates):
             return web.json_response({"updated": False, "server_args": {}})
         self.engine.flush()
@@ -360,8 +400,12 @@ class TwinServer:
 
     def _card(self, model: str) -> dict[str, Any]:
         return {
-            "id": model, "object": "model", "created": int(self.startup_time),
-            "owned_by": "sglang", "root": model, "max_model_len": self.args.get("context_length"),
+            "id": model,
+            "object": "model",
+            "created": int(self.startup_time),
+            "owned_by": "sglang",
+            "root": model,
+            "max_model_len": self.args.get("context_length"),
         }
 
     async def models(self, request: web.Request) -> web.Response:
@@ -449,8 +493,14 @@ class TwinServer:
             return web.Response(status=503, text="The server is starting.")
         return None
 
-    def submit(self, prompt_key: str, prompt_tokens: int, max_new_tokens: int,
-               rid: str | None = None, stops: Stops | None = None) -> GenRequest:
+    def submit(
+        self,
+        prompt_key: str,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        rid: str | None = None,
+        stops: Stops | None = None,
+    ) -> GenRequest:
         """Queue one generation in the engine (also used for the warmup request).
 
         Its end (budget, end-of-sequence, a stop string or token) is decided here: the twin's
@@ -555,9 +605,7 @@ class TwinServer:
         for req in reqs:
             self.engine.abort(req)
 
-    async def _json_body(
-        self, request: web.Request
-    ) -> tuple[dict[str, Any], web.Response | None]:
+    async def _json_body(self, request: web.Request) -> tuple[dict[str, Any], web.Response | None]:
         """The request's JSON object, or the response refusing it (not serving, bad JSON)."""
         blocked = self._check_serving()
         if blocked is not None:
@@ -604,8 +652,13 @@ class TwinServer:
         rid = body.get("rid")
         rids = rid if isinstance(rid, list) else [rid] * len(keys)
         reqs = [
-            self.submit(key, n, int(one.get("max_new_tokens", 128)),
-                        rid=(r if len(keys) == 1 else None) or None, stops=stop)
+            self.submit(
+                key,
+                n,
+                int(one.get("max_new_tokens", 128)),
+                rid=(r if len(keys) == 1 else None) or None,
+                stops=stop,
+            )
             for key, n, one, r, stop in zip(keys, counts, sps, rids, stops, strict=False)
         ]
         if not body.get("stream"):
@@ -646,10 +699,16 @@ class TwinServer:
     def _generate_obj(self, req: GenRequest, final: bool, since: int = 0) -> dict[str, Any]:
         ids = req.output_so_far
         if self.args.get("incremental_streaming_output"):
-            return {"text": delta_text(ids, since), "output_ids": ids[since:],
-                    "meta_info": self.meta_info(req, final)}
-        return {"text": self.text_of(req, final), "output_ids": ids,
-                "meta_info": self.meta_info(req, final)}
+            return {
+                "text": delta_text(ids, since),
+                "output_ids": ids[since:],
+                "meta_info": self.meta_info(req, final),
+            }
+        return {
+            "text": self.text_of(req, final),
+            "output_ids": ids,
+            "meta_info": self.meta_info(req, final),
+        }
 
     async def _die_forever(self) -> web.Response:
         """The scheduler died: the process is going away; never answer."""
@@ -691,8 +750,9 @@ class TwinServer:
             for m in messages:
                 content = m.get("content") if isinstance(m, dict) else None
                 if isinstance(content, list):
-                    content = " ".join(str(c.get("text", "")) for c in content
-                                       if isinstance(c, dict))
+                    content = " ".join(
+                        str(c.get("text", "")) for c in content if isinstance(c, dict)
+                    )
                 parts.append(str(content or ""))
             prompt_key = json.dumps(parts)
             prompt_tokens = count_prompt_tokens(" ".join(parts))
@@ -731,23 +791,36 @@ class TwinServer:
                 raise
             text = self.text_of(req, final=True)
             finish = self._finish(req)
-            choice: dict[str, Any] = {"index": 0, "logprobs": None,
-                                      "finish_reason": finish["type"],
-                                      "matched_stop": finish.get("matched")}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": finish["type"],
+                "matched_stop": finish.get("matched"),
+            }
             if chat:
-                choice["message"] = {"role": "assistant", "content": text,
-                                     "reasoning_content": None, "tool_calls": None}
+                choice["message"] = {
+                    "role": "assistant",
+                    "content": text,
+                    "reasoning_content": None,
+                    "tool_calls": None,
+                }
             else:
                 choice["text"] = text
-            out: dict[str, Any] = {"id": rid, "object": obj_kind, "created": created,
-                                   "model": model, "choices": [choice],
-                                   "usage": self._usage(req)}
+            out: dict[str, Any] = {
+                "id": rid,
+                "object": obj_kind,
+                "created": created,
+                "model": model,
+                "choices": [choice],
+                "usage": self._usage(req),
+            }
             if spec_details:
                 out["sglext"] = self._sglext(req)
             return web.json_response(out)
         options = body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage")) or bool(
-            self.args.get("stream_response_default_include_usage"))
+            self.args.get("stream_response_default_include_usage")
+        )
         continuous = bool(options.get("continuous_usage_stats"))
         chunk_kind = "chat.completion.chunk" if chat else "text_completion"
         resp = web.StreamResponse(headers=_SSE_HEADERS)
@@ -768,8 +841,14 @@ class TwinServer:
                 c["delta"] = d
             else:
                 c["text"] = delta or ""
-            o: dict[str, Any] = {"id": rid, "object": chunk_kind, "created": created,
-                                 "model": model, "choices": [c], "usage": None}
+            o: dict[str, Any] = {
+                "id": rid,
+                "object": chunk_kind,
+                "created": created,
+                "model": model,
+                "choices": [c],
+                "usage": None,
+            }
             if continuous:
                 o["usage"] = self._usage(req)
             return o
@@ -803,9 +882,18 @@ class TwinServer:
                         out_chunk["sglext"] = self._sglext(req)
                     await resp.write(_sse(out_chunk))
             if include_usage:
-                await resp.write(_sse({"id": rid, "object": chunk_kind, "created": created,
-                                       "model": model, "choices": [],
-                                       "usage": self._usage(req)}))
+                await resp.write(
+                    _sse(
+                        {
+                            "id": rid,
+                            "object": chunk_kind,
+                            "created": created,
+                            "model": model,
+                            "choices": [],
+                            "usage": self._usage(req),
+                        }
+                    )
+                )
             await resp.write(b"data: [DONE]\n\n")
         except EngineDead:
             return await self._die_forever()

@@ -226,10 +226,9 @@ class PerfModel:
     def verify_ms(self, batch: int = 1, ctx: float | None = None) -> float:
         """V: one TARGET_VERIFY forward over ``batch · N`` tokens plus F_spec."""
         spec = self._require_spec()
-        return (
-            self.forward_ms(batch * spec.num_draft_tokens, batch, ctx)
-            + self.profile.speculative.f_spec_ms(spec.overlap or spec.eagle_topk > 1)
-        )
+        return self.forward_ms(
+            batch * spec.num_draft_tokens, batch, ctx
+        ) + self.profile.speculative.f_spec_ms(spec.overlap or spec.eagle_topk > 1)
 
     def draft_ms(self, batch: int = 1) -> float:
         """D: the k draft steps of one cycle (drafter forwards and their collectives)."""

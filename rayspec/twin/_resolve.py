@@ -27,7 +27,15 @@ from rayspec.twin._adaptive import load_tiers
 
 # Algorithms SGLang 0.5.23 knows (spec_info.py), and those the twin can simulate.
 KNOWN_ALGORITHMS = (
-    "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP",
+    "EAGLE",
+    "EAGLE3",
+    "NEXTN",
+    "STANDALONE",
+    "NGRAM",
+    "DFLASH",
+    "DSPARK",
+    "UNO",
+    "FROZEN_KV_MTP",
 )
 SIMULATED_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
 
@@ -243,16 +251,16 @@ def resolve_server_args(
             steps, topk, ndt = _auto_spec_params(architecture, version)
         topk_gt_one = topk > 1  # TypeError when steps came without topk (rule 11)
         if "trtllm_mha" in str(args["attention_backend"]) and topk_gt_one:
-            raise ValueError(
-                "trtllm_mha backend only supports topk = 1 for speculative decoding."
-            )
+            raise ValueError("trtllm_mha backend only supports topk = 1 for speculative decoding.")
         if topk == 1 and ndt != steps + 1:
             warnings.append(TOPK1_WARNING)
             ndt = steps + 1
         if ndt is None:  # steps + topk > 1 without draft tokens: unverified in SGLang
             raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")
-        if topk_gt_one and page_size > 1 and args["attention_backend"] not in (
-            "flashinfer", "fa3", "triton"
+        if (
+            topk_gt_one
+            and page_size > 1
+            and args["attention_backend"] not in ("flashinfer", "fa3", "triton")
         ):
             raise ValueError(
                 "speculative_eagle_topk > 1 with page_size > 1 is only supported by the "

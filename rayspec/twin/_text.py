@@ -11,7 +11,22 @@ import random
 import zlib
 
 _SYLLABLES = (
-    "ka", "lo", "mi", "ne", "su", "ta", "ri", "vo", "pe", "da", "fu", "ge", "ho", "ji", "ba", "zo",
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "su",
+    "ta",
+    "ri",
+    "vo",
+    "pe",
+    "da",
+    "fu",
+    "ge",
+    "ho",
+    "ji",
+    "ba",
+    "zo",
 )
 WORDS: tuple[str, ...] = tuple(
     a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in ("", "n", "s", "r")

@@ -233,12 +233,15 @@ class _Startup:
         ns, log, res = self.ns, self.log, self.res
         log.server(
             f"rayspec twin: simulated SGLang {ns.twin_version} node (profile "
-            f"{self.profile.name}, seed {ns.twin_seed}); no GPU is used.", logging.WARNING,
+            f"{self.profile.name}, seed {ns.twin_seed}); no GPU is used.",
+            logging.WARNING,
         )
         alias_era = (0, 5, 18) <= self.version < (0, 5, 20)
         if alias_era and "--cuda-graph-max-bs" in self.argv:
-            log.server("'--cuda-graph-max-bs' is deprecated. Use '--cuda-graph-max-bs-decode' "
-                       "instead.", logging.WARNING)
+            log.server(
+                "'--cuda-graph-max-bs' is deprecated. Use '--cuda-graph-max-bs-decode' instead.",
+                logging.WARNING,
+            )
         for line in res.warnings:
             log.server(line, logging.WARNING)
         shown = ", ".join(f"{k}={v!r}" for k, v in res.args.items() if k != "twin_version")
@@ -255,8 +258,11 @@ class _Startup:
         try:
             await site.start()
         except OSError as exc:
-            log.server(f"ERROR: [Errno {exc.errno}] error while attempting to bind on address "
-                       f"({ns.host!r}, {ns.port}): {exc.strerror}", logging.ERROR)
+            log.server(
+                f"ERROR: [Errno {exc.errno}] error while attempting to bind on address "
+                f"({ns.host!r}, {ns.port}): {exc.strerror}",
+                logging.ERROR,
+            )
             await runner.cleanup()
             return 1
         try:
@@ -277,10 +283,15 @@ class _Startup:
         ns = self.ns
         metrics = None
         if ns.enable_metrics:
-            metrics = MetricsRegistry({
-                "model_name": str(ns.served_model_name or ns.model_path),
-                "engine_type": "unified", "tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0",
-            })
+            metrics = MetricsRegistry(
+                {
+                    "model_name": str(ns.served_model_name or ns.model_path),
+                    "engine_type": "unified",
+                    "tp_rank": "0",
+                    "pp_rank": "0",
+                    "moe_ep_rank": "0",
+                }
+            )
         twin_info = {
             "engine": "twin",
             "profile": self.profile.name,
@@ -324,9 +335,12 @@ class _Startup:
         log.scheduler("Init torch distributed ends. mem usage=0.76 GB")
         await self._at(0.15)
         if faults.crash_startup:
-            self._crash("RuntimeError: CUDA error: an illegal memory access was encountered\n"
-                        "CUDA kernel errors might be asynchronously reported at some other API "
-                        "call, so the stacktrace below might be incorrect.", during_init=True)
+            self._crash(
+                "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+                "CUDA kernel errors might be asynchronously reported at some other API "
+                "call, so the stacktrace below might be incorrect.",
+                during_init=True,
+            )
             return
         log.scheduler("Load weight begin. avail mem=93.52 GB")
         await self._at(0.45)
@@ -351,8 +365,10 @@ class _Startup:
         model = PerfModel(profile, nccl, res.spec)
         graphs = bool(res.args.get("cuda_graph_decode_enabled", True))
         if graphs:
-            log.scheduler("Capture decode CUDA graph begin. This can take up to several "
-                          "minutes. avail mem=9.86 GB")
+            log.scheduler(
+                "Capture decode CUDA graph begin. This can take up to several "
+                "minutes. avail mem=9.86 GB"
+            )
         if nccl.hang:  # P2P on a broken platform: the first collective never returns
             await asyncio.Event().wait()
         try:  # the first collective of the process
@@ -373,13 +389,17 @@ class _Startup:
             return
         await self._at(0.75)
         if graphs:
-            log.scheduler(f"Capture decode CUDA graph end. elapsed={0.25 * self.startup_s:.2f} "
-                          "s, mem usage=1.21 GB. avail mem=8.65 GB.")
+            log.scheduler(
+                f"Capture decode CUDA graph end. elapsed={0.25 * self.startup_s:.2f} "
+                "s, mem usage=1.21 GB. avail mem=8.65 GB."
+            )
         if res.spec is not None:
             for kind in ("decode", "extend"):
                 log.scheduler(f"Capture draft {kind} CUDA graph begin. avail mem=8.65 GB")
-                log.scheduler(f"Capture draft {kind} CUDA graph end. elapsed=0.01 s, "
-                              "mem usage=0.12 GB. avail mem=8.53 GB.")
+                log.scheduler(
+                    f"Capture draft {kind} CUDA graph end. elapsed=0.01 s, "
+                    "mem usage=0.12 GB. avail mem=8.53 GB."
+                )
         await self._at(0.85)
         log.scheduler(
             f"max_total_num_tokens={max_total}, chunked_prefill_size="
@@ -421,13 +441,15 @@ class _Startup:
         if nccl.ll128_risk:
             self.log.scheduler(
                 "rayspec twin: NCCL_PROTO enables LL128 on a ring without NVLink: silent data "
-                "corruption risk (NVIDIA/nccl PR #2053).", logging.WARNING,
+                "corruption risk (NVIDIA/nccl PR #2053).",
+                logging.WARNING,
             )
 
     def _make_engine(self, model: PerfModel, max_total: int, server: TwinServer) -> Engine:
         ns, res = self.ns, self.res
-        noise = NoiseModel(self.profile.noise, random.Random(ns.twin_seed),
-                           speculative=res.spec is not None)
+        noise = NoiseModel(
+            self.profile.noise, random.Random(ns.twin_seed), speculative=res.spec is not None
+        )
         engine = Engine(
             model,
             noise,

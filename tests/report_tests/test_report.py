@@ -84,7 +84,7 @@ def test_the_markdown_table_shows_every_entry(study: Study) -> None:
         lines = fh.read().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| trials | config |"))
     body = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         body.append(line)

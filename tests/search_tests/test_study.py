@@ -164,8 +164,10 @@ def test_a_failed_configuration_teaches_the_sampler(tmp_path) -> None:
     [stored] = [t for t in handle.trials() if t.number == t0.number]
     assert stored.state.value == "FAIL"
     t1 = handle.ask()
-    handle.tell(t1, dataclasses.replace(
-        _result(t1.number, t1.candidate, 0.0, "FAIL"), failure="interrupted"))
+    handle.tell(
+        t1,
+        dataclasses.replace(_result(t1.number, t1.candidate, 0.0, "FAIL"), failure="interrupted"),
+    )
     assert study.trials[t1.number].state is optuna.trial.TrialState.FAIL
 
 

@@ -111,9 +111,7 @@ def test_contract_pinned_version_is_the_one_ci_builds() -> None:
 
 def test_twin_seed_is_per_trial_and_reproducible() -> None:
     cfg = load_config(TWIN_EXPERIMENT)
-    seeds = [
-        build_launch(cfg, Candidate(), port=1, log_path="-", trial=n).argv for n in (0, 1, 0)
-    ]
+    seeds = [build_launch(cfg, Candidate(), port=1, log_path="-", trial=n).argv for n in (0, 1, 0)]
     assert seeds[0] == seeds[2] != seeds[1]
 
 

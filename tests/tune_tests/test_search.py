@@ -50,8 +50,7 @@ def test_the_structured_search_reaches_the_optimum(tmp_path, seed: int) -> None:
     # NCCL came from the screen: every configuration the search chose runs the fastest set.
     chosen = [r for r in rows[2:] if r["reason"]]
     assert chosen and all(
-        r["env"].count("NCCL_") == 3 and "SYS" in r["env"] and '"LL"' in r["env"]
-        for r in chosen
+        r["env"].count("NCCL_") == 3 and "SYS" in r["env"] and '"LL"' in r["env"] for r in chosen
     )  # NCCL_P2P_LEVEL, NCCL_PROTO, and the exported NCCL_NVLS_ENABLE=0
     assert os.path.exists(os.path.join(cfg.out_dir, "nccl_screen.json"))
     assert any("pick" in line and line.startswith("[restart ") for line in lines)

@@ -54,8 +54,10 @@ def test_study_runs_resumes_and_writes_everything(ray_cluster, tmp_path) -> None
     assert all(r["completion_tokens"] == 40 for r in requests if r["error"] is None)
     # The NCCL screen ran before the first restart; progress lines say restarts used of the
     # budget, why the search chose the configuration, and the pick so far.
-    assert any(line.startswith("NCCL screen: ") and "fastest: P2P_LEVEL=SYS PROTO=LL" in line
-               for line in lines)
+    assert any(
+        line.startswith("NCCL screen: ") and "fastest: P2P_LEVEL=SYS PROTO=LL" in line
+        for line in lines
+    )
     assert os.path.exists(os.path.join(cfg.out_dir, "nccl_screen.json"))
     assert any(line.startswith("[restart 4/4] trial 3 (") and "pick" in line for line in lines)
     assert rows[2]["reason"] and rows[2]["restart"] == 3.0

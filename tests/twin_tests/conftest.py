@@ -25,7 +25,10 @@ def start_twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartTwin]:
     started: list[TwinProcess] = []
 
     def start(
-        args: Sequence[str] = (), *, env: Mapping[str, str] | None = None, ready: bool = True,
+        args: Sequence[str] = (),
+        *,
+        env: Mapping[str, str] | None = None,
+        ready: bool = True,
         startup_s: float = 0.2,
     ) -> TwinProcess:
         log = tmp_path_factory.mktemp("twin") / "server.log"

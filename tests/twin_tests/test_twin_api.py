@@ -18,14 +18,26 @@ from .conftest import SPEC_ARGS
 from .conftest import TUNED_NCCL
 
 META_KEYS = {"id", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens"}
-SPEC_KEYS = {"spec_verify_ct", "spec_accept_length", "spec_accept_rate",
-             "spec_num_correct_drafts", "spec_num_proposed_drafts", "e2e_latency"}
+SPEC_KEYS = {
+    "spec_verify_ct",
+    "spec_accept_length",
+    "spec_accept_rate",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "e2e_latency",
+}
 
 
 @pytest.fixture(scope="module")
 def twin() -> Iterator[TwinProcess]:
-    args = [*SPEC_ARGS, "--enable-metrics", "--decode-log-interval", "10",
-            "--served-model-name", "kimi"]
+    args = [
+        *SPEC_ARGS,
+        "--enable-metrics",
+        "--decode-log-interval",
+        "10",
+        "--served-model-name",
+        "kimi",
+    ]
     env = {**TUNED_NCCL, "SGLANG_RECORD_STEP_TIME": "1"}
     with TwinProcess(args, env=env) as proc:
         proc.wait_ready()
@@ -82,7 +94,8 @@ def test_generate_not_streaming(twin: TwinProcess) -> None:
     assert meta["spec_accept_length"] == pytest.approx(24 / meta["spec_verify_ct"])
     assert meta["spec_num_proposed_drafts"] == 2 * meta["spec_verify_ct"]
     assert meta["spec_accept_rate"] == pytest.approx(
-        meta["spec_num_correct_drafts"] / meta["spec_num_proposed_drafts"])
+        meta["spec_num_correct_drafts"] / meta["spec_num_proposed_drafts"]
+    )
     again = httpx.post(twin.base_url + "/generate", json=body, timeout=30).json()
     assert again["text"] == out["text"]  # same prompt, same words (greedy-like)
 
@@ -128,7 +141,10 @@ def test_a_body_that_is_not_an_object_is_400(twin: TwinProcess, path: str) -> No
 def test_openai_client_completions_stream_with_usage(twin: TwinProcess) -> None:
     client = openai.OpenAI(base_url=twin.base_url + "/v1", api_key="none")
     stream = client.completions.create(
-        model="kimi", prompt="Say something long", max_tokens=30, stream=True,
+        model="kimi",
+        prompt="Say something long",
+        max_tokens=30,
+        stream=True,
         stream_options={"include_usage": True},
     )
     text, usage, finish = "", None, None
@@ -148,8 +164,11 @@ def test_openai_client_completions_stream_with_usage(twin: TwinProcess) -> None:
 def test_openai_client_chat_stream(twin: TwinProcess) -> None:
     client = openai.OpenAI(base_url=twin.base_url + "/v1", api_key="none")
     stream = client.chat.completions.create(
-        model="kimi", messages=[{"role": "user", "content": "hi there"}], max_tokens=12,
-        stream=True, stream_options={"include_usage": True},
+        model="kimi",
+        messages=[{"role": "user", "content": "hi there"}],
+        max_tokens=12,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     content, usage = "", None
     for chunk in stream:
@@ -160,7 +179,8 @@ def test_openai_client_chat_stream(twin: TwinProcess) -> None:
     assert usage is not None and usage.completion_tokens == 12
     assert len(content.split()) == 12
     whole = client.chat.completions.create(
-        model="kimi", messages=[{"role": "user", "content": "hi there"}], max_tokens=12)
+        model="kimi", messages=[{"role": "user", "content": "hi there"}], max_tokens=12
+    )
     assert whole.choices[0].message.content == content
 
 
@@ -172,8 +192,9 @@ def test_window_stats_flush_and_busy(twin: TwinProcess) -> None:
     result: dict[str, object] = {}
 
     def run() -> None:
-        result["out"] = c.post("/generate", json={
-            "text": "long", "sampling_params": {"max_new_tokens": 60}}).json()
+        result["out"] = c.post(
+            "/generate", json={"text": "long", "sampling_params": {"max_new_tokens": 60}}
+        ).json()
 
     worker = threading.Thread(target=run)
     worker.start()
@@ -198,25 +219,39 @@ def test_window_stats_flush_and_busy(twin: TwinProcess) -> None:
 
 
 def test_decode_log_line_shape(twin: TwinProcess) -> None:
-    httpx.post(twin.base_url + "/generate", timeout=30,
-               json={"text": "x", "sampling_params": {"max_new_tokens": 40}})
+    httpx.post(
+        twin.base_url + "/generate",
+        timeout=30,
+        json={"text": "x", "sampling_params": {"max_new_tokens": 40}},
+    )
     lines = [ln for ln in twin.log().splitlines() if "Decode batch" in ln]
     assert lines
     line = lines[-1]
-    assert re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Decode batch, #running-req: \d+, "
-                    r"#token: \d+, token usage: \d\.\d\d, accept len: \d\.\d\d, "
-                    r"accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): "
-                    r"[0-9.]+, #queue-req: \d+$", line), line
+    assert re.match(
+        r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Decode batch, #running-req: \d+, "
+        r"#token: \d+, token usage: \d\.\d\d, accept len: \d\.\d\d, "
+        r"accept rate: \d\.\d\d, cuda graph: True, gen throughput \(token/s\): "
+        r"[0-9.]+, #queue-req: \d+$",
+        line,
+    ), line
 
 
 def test_metrics(twin: TwinProcess) -> None:
     text = httpx.get(twin.base_url + "/metrics").text
-    for name in ("sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:gen_throughput",
-                 "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
-                 "sglang:prompt_tokens_total", "sglang:generation_tokens_total",
-                 "sglang:num_requests_total", "sglang:spec_verify_calls_total",
-                 "sglang:time_to_first_token_seconds_bucket",
-                 "sglang:e2e_request_latency_seconds_count"):
+    for name in (
+        "sglang:spec_accept_length",
+        "sglang:spec_accept_rate",
+        "sglang:gen_throughput",
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:prompt_tokens_total",
+        "sglang:generation_tokens_total",
+        "sglang:num_requests_total",
+        "sglang:spec_verify_calls_total",
+        "sglang:time_to_first_token_seconds_bucket",
+        "sglang:e2e_request_latency_seconds_count",
+    ):
         assert name in text
     assert 'model_name="kimi"' in text and 'tp_rank="0"' in text
 

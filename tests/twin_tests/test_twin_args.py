@@ -24,34 +24,62 @@ def resolve(argv: list[str], env: dict[str, str] | None = None):  # type: ignore
 def spec(steps: int, topk: int, ndt: int) -> list[str]:
     return [
         *EAGLE,
-        "--speculative-num-steps", str(steps),
-        "--speculative-eagle-topk", str(topk),
-        "--speculative-num-draft-tokens", str(ndt),
+        "--speculative-num-steps",
+        str(steps),
+        "--speculative-eagle-topk",
+        str(topk),
+        "--speculative-num-draft-tokens",
+        str(ndt),
     ]
 
 
 def test_every_option_has_help() -> None:
     for version in ((0, 5, 12), (0, 5, 19), (0, 5, 23)):
         parser = build_parser(version)
-        missing = [
-            a.option_strings for a in parser._actions
-            if a.option_strings and not a.help
-        ]
+        missing = [a.option_strings for a in parser._actions if a.option_strings and not a.help]
         assert missing == []
 
 
 def test_issue_flags_parse_with_sglang_spelling() -> None:
-    ns = parse_args([
-        *spec(5, 1, 6),
-        "--host", "127.0.0.1", "--port", "30001", "--mem-fraction-static", "0.85",
-        "--disable-custom-all-reduce", "--max-running-requests", "4",
-        "--attention-backend", "fa3", "--enable-metrics", "--log-level", "warning",
-        "--trust-remote-code", "--num-continuous-decode-steps", "3",
-        "--cuda-graph-max-bs-decode", "4", "--decode-log-interval", "10",
-        "--skip-server-warmup", "--context-length", "4096", "--chunked-prefill-size", "2048",
-        "--enable-nccl-nvls", "--enable-symm-mem", "--tensor-parallel-size", "8",
-        "--speculative-draft-model", "d2", "--model", "m2",
-    ])
+    ns = parse_args(
+        [
+            *spec(5, 1, 6),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "30001",
+            "--mem-fraction-static",
+            "0.85",
+            "--disable-custom-all-reduce",
+            "--max-running-requests",
+            "4",
+            "--attention-backend",
+            "fa3",
+            "--enable-metrics",
+            "--log-level",
+            "warning",
+            "--trust-remote-code",
+            "--num-continuous-decode-steps",
+            "3",
+            "--cuda-graph-max-bs-decode",
+            "4",
+            "--decode-log-interval",
+            "10",
+            "--skip-server-warmup",
+            "--context-length",
+            "4096",
+            "--chunked-prefill-size",
+            "2048",
+            "--enable-nccl-nvls",
+            "--enable-symm-mem",
+            "--tensor-parallel-size",
+            "8",
+            "--speculative-draft-model",
+            "d2",
+            "--model",
+            "m2",
+        ]
+    )
     assert ns.max_running_requests == 4
     assert ns.speculative_draft_model_path == "d2"
     assert ns.model_path == "m2"
@@ -102,12 +130,18 @@ def test_running_request_cap() -> None:
 @pytest.mark.parametrize(
     ("extra", "exc", "text"),
     [
-        (["--speculative-num-steps", "3"], TypeError,
-         "'>' not supported between instances of 'NoneType' and 'int'"),
+        (
+            ["--speculative-num-steps", "3"],
+            TypeError,
+            "'>' not supported between instances of 'NoneType' and 'int'",
+        ),
         (["--speculative-eagle-topk", "2"], AssertionError, ""),
         (["--speculative-num-draft-tokens", "4"], AssertionError, ""),
-        (["--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4"],
-         AssertionError, ""),
+        (
+            ["--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4"],
+            AssertionError,
+            "",
+        ),
     ],
 )
 def test_partial_spec_flags_fail(extra: list[str], exc: type[Exception], text: str) -> None:

@@ -41,8 +41,17 @@ def make_engine(clock: FakeClock, spec: SpecSettings | None = None, **kw: object
     model = PerfModel(profile, resolve_nccl(TUNED, profile), spec)
     noise = NoiseModel(profile.noise, random.Random(0), speculative=spec is not None)
     log = SglangLog((0, 5, 23), 8, stream=io.StringIO())
-    return Engine(model, noise, log, max_running_requests=kw.pop("cap", 48),  # type: ignore[arg-type]
-                  version=(0, 5, 23), seed=0, clock=clock, sleep=clock.sleep, **kw)  # type: ignore[arg-type]
+    return Engine(
+        model,
+        noise,
+        log,
+        max_running_requests=kw.pop("cap", 48),  # type: ignore[arg-type]
+        version=(0, 5, 23),
+        seed=0,
+        clock=clock,
+        sleep=clock.sleep,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 async def emission_times(engine: Engine, clock: FakeClock, tokens: int) -> list[float]:
@@ -82,8 +91,10 @@ def test_speculative_counters_and_cap() -> None:
 
     async def run() -> list[int]:
         engine.start()
-        reqs = [engine.submit(rid=str(i), prompt_tokens=2, max_new_tokens=50,
-                              output_ids=[0] * 50) for i in range(3)]
+        reqs = [
+            engine.submit(rid=str(i), prompt_tokens=2, max_new_tokens=50, output_ids=[0] * 50)
+            for i in range(3)
+        ]
         assert engine.num_waiting == 3
         waits = [asyncio.ensure_future(_drain(engine, r)) for r in reqs]
         await asyncio.sleep(0)

@@ -32,8 +32,11 @@ def model_tok_s(env: dict[str, str], spec: SpecSettings | None, batch: int = 1) 
 
 def stream_rate(base_url: str, max_tokens: int) -> tuple[float, int]:
     """Decode tok/s between the first and the last chunk, and the chunk count."""
-    body = {"text": "measure me", "sampling_params": {"max_new_tokens": max_tokens},
-            "stream": True}
+    body = {
+        "text": "measure me",
+        "sampling_params": {"max_new_tokens": max_tokens},
+        "stream": True,
+    }
     first = last = None
     tokens_at_first = tokens = chunks = 0
     with httpx.stream("POST", base_url + "/generate", json=body, timeout=60) as resp:
@@ -93,8 +96,14 @@ def test_fixed_seed_is_reproducible_and_noop_variables_change_nothing(
     args = [*SPEC_ARGS, "--twin-seed", "7", "--twin-realtime", "false"]
     record = {"SGLANG_RECORD_STEP_TIME": "1"}
     effective = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
-    noop = {**effective, "NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "16777216",
-            "NCCL_NTHREADS": "512", "NCCL_MAX_NCHANNELS": "16", "NCCL_CUMEM_ENABLE": "1"}
+    noop = {
+        **effective,
+        "NCCL_ALGO": "Ring",
+        "NCCL_BUFFSIZE": "16777216",
+        "NCCL_NTHREADS": "512",
+        "NCCL_MAX_NCHANNELS": "16",
+        "NCCL_CUMEM_ENABLE": "1",
+    }
     twins = [
         start_twin(args, env={**record, **TUNED_NCCL}, ready=False),
         start_twin(args, env={**record, **noop}, ready=False),

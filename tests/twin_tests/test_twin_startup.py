@@ -20,9 +20,19 @@ SIGQUIT = "Received sigquit from a child process. It usually means the child fai
 
 def tree_args(*extra: str) -> list[str]:
     return [
-        "--tp-size", "8", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "d", "--speculative-num-steps", "2",
-        "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "16", *extra,
+        "--tp-size",
+        "8",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "d",
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "2",
+        "--speculative-num-draft-tokens",
+        "16",
+        *extra,
     ]
 
 
@@ -40,8 +50,15 @@ def test_ambiguous_cuda_graph_flag_exits_2(start_twin: StartTwin) -> None:
 
 def test_partial_spec_flags_fail_before_startup(start_twin: StartTwin) -> None:
     twin = start_twin(
-        ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d",
-         "--speculative-num-steps", "3"], ready=False,
+        [
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            "d",
+            "--speculative-num-steps",
+            "3",
+        ],
+        ready=False,
     )
     assert twin.wait_exit(30) not in (0, None)
     log = twin.log()
@@ -50,11 +67,22 @@ def test_partial_spec_flags_fail_before_startup(start_twin: StartTwin) -> None:
 
 
 def test_topk_one_forcing_and_cap_visible(start_twin: StartTwin) -> None:
-    twin = start_twin([
-        "--tp-size", "8", "--speculative-algorithm", "EAGLE3",
-        "--speculative-draft-model-path", "d", "--speculative-num-steps", "3",
-        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "8",
-    ])
+    twin = start_twin(
+        [
+            "--tp-size",
+            "8",
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            "d",
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "8",
+        ]
+    )
     info = httpx.get(twin.base_url + "/get_server_info").json()
     assert info["speculative_num_draft_tokens"] == 4
     assert info["max_running_requests"] == 48
@@ -63,9 +91,15 @@ def test_topk_one_forcing_and_cap_visible(start_twin: StartTwin) -> None:
     assert "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1" in log
     assert "Max running requests is reset to 48 for speculative decoding." in log
     # startup order of SGLang (contract §6.3)
-    order = ["Init torch distributed begin", "Load weight begin", "KV Cache is allocated",
-             "Capture decode CUDA graph begin", "max_total_num_tokens=", "Uvicorn running",
-             READY]
+    order = [
+        "Init torch distributed begin",
+        "Load weight begin",
+        "KV Cache is allocated",
+        "Capture decode CUDA graph begin",
+        "max_total_num_tokens=",
+        "Uvicorn running",
+        READY,
+    ]
     positions = [log.index(s) for s in order]
     assert positions == sorted(positions)
     assert "[" in log and " TP0] Init torch distributed begin." in log
@@ -86,9 +120,16 @@ def test_tree_budget_with_skip_warmup_fails_at_first_request(start_twin: StartTw
     twin = start_twin(tree_args("--skip-server-warmup"))
     assert READY in twin.log()
     with pytest.raises(httpx.TransportError):
-        with httpx.stream("POST", twin.base_url + "/generate", timeout=10.0, json={
-            "text": "hi", "sampling_params": {"max_new_tokens": 8}, "stream": True,
-        }) as resp:
+        with httpx.stream(
+            "POST",
+            twin.base_url + "/generate",
+            timeout=10.0,
+            json={
+                "text": "hi",
+                "sampling_params": {"max_new_tokens": 8},
+                "stream": True,
+            },
+        ) as resp:
             for _ in resp.iter_lines():
                 pass
     assert twin.wait_exit(30) not in (0, None)
@@ -121,10 +162,22 @@ def test_nccl_no_algorithm_fails_at_first_collective(start_twin: StartTwin) -> N
     [
         ("crash-startup", [SCHED_EXC, SIGQUIT]),
         ("oom", ["torch.OutOfMemoryError: CUDA out of memory", SCHED_EXC]),
-        ("oom:kv", ["RuntimeError: Not enough memory. Please try to increase "
-                    "--mem-fraction-static. Current value: mem_fraction_static=", SCHED_EXC]),
-        ("graph-capture", ["Capture cuda graph failed:", "Possible solutions:",
-                           "--cuda-graph-max-bs-decode to a smaller value"]),
+        (
+            "oom:kv",
+            [
+                "RuntimeError: Not enough memory. Please try to increase "
+                "--mem-fraction-static. Current value: mem_fraction_static=",
+                SCHED_EXC,
+            ],
+        ),
+        (
+            "graph-capture",
+            [
+                "Capture cuda graph failed:",
+                "Possible solutions:",
+                "--cuda-graph-max-bs-decode to a smaller value",
+            ],
+        ),
     ],
 )
 def test_startup_faults(start_twin: StartTwin, fault: str, texts: list[str]) -> None:
@@ -159,9 +212,16 @@ def test_crash_after_cuts_streams(start_twin: StartTwin) -> None:
     twin = start_twin(["--twin-fault", "crash-after:10"])
     received = 0
     with pytest.raises(httpx.TransportError):
-        with httpx.stream("POST", twin.base_url + "/generate", timeout=10.0, json={
-            "text": "hi", "sampling_params": {"max_new_tokens": 50}, "stream": True,
-        }) as resp:
+        with httpx.stream(
+            "POST",
+            twin.base_url + "/generate",
+            timeout=10.0,
+            json={
+                "text": "hi",
+                "sampling_params": {"max_new_tokens": 50},
+                "stream": True,
+            },
+        ) as resp:
             for line in resp.iter_lines():
                 if line.startswith("data: {"):
                     received += 1
@@ -174,10 +234,12 @@ def test_stall_keeps_connection_open(start_twin: StartTwin) -> None:
     twin = start_twin(["--twin-fault", "stall:5"])
     tokens = 0
     with pytest.raises(httpx.ReadTimeout):
-        with httpx.stream("POST", twin.base_url + "/generate",
-                          timeout=httpx.Timeout(10.0, read=1.5), json={
-                              "text": "hi", "sampling_params": {"max_new_tokens": 40},
-                              "stream": True}) as resp:
+        with httpx.stream(
+            "POST",
+            twin.base_url + "/generate",
+            timeout=httpx.Timeout(10.0, read=1.5),
+            json={"text": "hi", "sampling_params": {"max_new_tokens": 40}, "stream": True},
+        ) as resp:
             for line in resp.iter_lines():
                 if line.startswith("data: {"):
                     tokens = int(line.split('"completion_tokens":')[1].split(",")[0])
