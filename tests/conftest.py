@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
+
+# Started in the background by a non-interactive shell (`cmd &`), this process ignores SIGINT,
+# and so would every driver a test starts: Python keeps an inherited SIG_IGN, and the Ctrl-C
+# tests would see a driver that cannot be interrupted. A handler (unlike SIG_IGN) is reset to
+# the default on exec, so the children start as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Before ray is imported anywhere: no auth token file, no usage-stats banner.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
