@@ -214,7 +214,11 @@ def test_a_node_lost_mid_trial_is_retried_elsewhere(nodes: _Nodes, tmp_path) -> 
     assert len(retries) == 1
     retry = next(r for r in rows if r["trial"] == retries[0].number)
     assert retry["state"] == "COMPLETE" and retry["candidate"] == lost[0]["candidate"], (
-        retry["state"], retry["failure"], retry["failure_detail"], retry["node"], lines[-12:]
+        retry["state"],
+        retry["failure"],
+        retry["failure_detail"],
+        retry["node"],
+        lines[-12:],
     )
     assert _node_of(retry) != victim.node_id[:12]
     # Nothing lost, nothing twice: one row per Optuna trial, none left running.
