@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -47,6 +46,7 @@ from rayspec._config import ExperimentConfig  # noqa: E402
 from rayspec._config import load_config  # noqa: E402
 from rayspec._types import Candidate  # noqa: E402
 from rayspec.server import server_env  # noqa: E402
+from rayspec.testing._twin import free_port_block  # noqa: E402
 from rayspec.tune import run_study  # noqa: E402
 from rayspec.tune._cluster import room  # noqa: E402
 from rayspec.twin import PerfModel  # noqa: E402
@@ -80,23 +80,6 @@ def true_tok_s(cfg: ExperimentConfig, candidate: Candidate) -> float:
         return 0.0
 
 
-def _port_block(n: int) -> int:
-    for _ in range(100):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = int(sock.getsockname()[1])
-        if base + n > 65000:
-            continue
-        try:
-            for port in range(base, base + n):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no block of free ports")
-
-
 def one_study(nodes: int, args: argparse.Namespace) -> Result:
     import pyarrow.parquet as pq
 
@@ -113,7 +96,7 @@ def one_study(nodes: int, args: argparse.Namespace) -> Result:
                 "bench.max_repeats=3",
                 "bench.max_tokens=100",
                 f"server.twin.startup_s={args.startup_s}",
-                f"server.port={_port_block(16)}",
+                f"server.port={free_port_block(16)}",
                 "cluster.max_concurrent_trials=0",
                 f"cluster.node_resource={KIND}",
             ],

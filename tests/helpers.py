@@ -7,6 +7,8 @@ from typing import Any
 
 import yaml
 
+from rayspec.testing._twin import free_port_block  # noqa: F401  (tests import it from here)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWIN_EXPERIMENT = os.path.join(REPO, "experiments", "eagle3-twin.yaml")
 FIELD_EXPERIMENT = os.path.join(REPO, "experiments", "eagle3.yaml")
@@ -29,23 +31,3 @@ def twin_doc(out_dir: str, **sections: Any) -> dict[str, Any]:
     for key, value in sections.items():
         doc.setdefault(key, {}).update(value)
     return doc
-
-
-def free_port_block(n: int = 4) -> int:
-    """A port p such that p..p+n-1 were free a moment ago (for concurrent test studies)."""
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = sock.getsockname()[1]
-        if base + n > 65535:
-            continue
-        try:
-            for port in range(base, base + n):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no block of free ports found")

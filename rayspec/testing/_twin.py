@@ -50,6 +50,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_port_block(n: int = 4) -> int:
+    """A port p such that p..p+n-1 were free a moment ago on 127.0.0.1 (concurrent studies
+    take ``server.port`` + their slot)."""
+    for _ in range(50):
+        base = free_port()
+        if base + n > 65535:
+            continue
+        try:
+            for port in range(base, base + n):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no block of free ports found")
+
+
 class TwinProcess:
     """One twin server process.
 
