@@ -7,6 +7,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import FailureReason
 from rayspec._plural import plural
 
@@ -220,6 +221,13 @@ class TrialResult:
         # Normalise once: callers may pass Optuna's state names as text.
         object.__setattr__(self, "state", TrialState(self.state))
 
+    @property
+    def costs_restart(self) -> bool:
+        """Whether the trial spends one of the study's restarts (``study.max_restarts``): it
+        launched a server and did not fail for the driver's or the cluster's sake (interrupted,
+        node_lost: the configuration is tried again and the retry counts instead)."""
+        return self.launch is not None and self.failure not in NOT_THE_CONFIG
+
 
 @dataclasses.dataclass(frozen=True)
 class TrialRecord:
@@ -269,10 +277,7 @@ class TrialRecord:
 
     @property
     def launched(self) -> bool:
-        """Whether the trial started a server (not a reuse, not refused before launch, and
-        not interrupted: an interrupted trial is tried again and counted then)."""
-        return (
-            self.result.launch is not None
-            and not self.reused
-            and self.result.failure != FailureReason.INTERRUPTED.value
-        )
+        """Whether the trial started a server that counts against the restart budget (not a
+        reuse, not refused before launch, not interrupted or lost with its node: such a trial
+        is tried again and counted then)."""
+        return self.result.costs_restart and not self.reused

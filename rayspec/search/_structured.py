@@ -36,6 +36,7 @@ from typing import Any
 from rayspec._config import ADAPTIVE_SUFFIX
 from rayspec._config import SPEC_OFF
 from rayspec._exceptions import NOT_THE_CONFIG
+from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
 from rayspec._types import TrialState
@@ -65,6 +66,10 @@ __all__ = ["Proposal", "StructuredSearch"]
 # (A wrong output is counted here too: greedy speculation is lossless, so a corrupting setting is
 # the NCCL set's, e.g. LL128 forced on a PCIe ring.)
 NCCL_FAILURES = ("nccl_init", "nccl_first_collective", "wrong_output")
+# A configuration whose launches lost their node this many times is not proposed again: a
+# lost launch costs no restart, so one that takes its node down (host OOM) would otherwise be
+# launched for ever.
+_MAX_NODES_LOST = 2
 _PREFERRED_TOPK = 4
 _EXPLORE_AROUND = 3  # unmeasured neighbours of this many best configurations are candidates
 
@@ -91,7 +96,7 @@ class _View:
 
     evidence: Evidence
     points: dict[str, Point]
-    failed: set[str]  # canonical keys that failed (not on an NCCL cause)
+    failed: set[str]  # canonical keys that failed (not on an NCCL cause), or lost 2 nodes
     banned: set[tuple[tuple[str, str], ...]]  # NCCL sets that failed a launch
     busy: set[str]  # keys pending (running in another slot)
     by_spec: dict[SpecSettings | None, list[Observation]]
@@ -194,7 +199,12 @@ class StructuredSearch:
         failed: set[str] = set()
         banned: set[tuple[tuple[str, str], ...]] = set()
         by_spec: dict[SpecSettings | None, list[Observation]] = {}
+        lost: dict[str, int] = {}
         for o in observations:
+            if o.failure == FailureReason.NODE_LOST.value:
+                lost[o.key] = lost.get(o.key, 0) + 1
+                if lost[o.key] >= _MAX_NODES_LOST:
+                    failed.add(o.key)
             if o.state is TrialState.FAIL and o.failure not in (None, *NOT_THE_CONFIG):
                 if o.failure in NCCL_FAILURES:
                     banned.add(o.candidate.nccl_env)

@@ -163,6 +163,8 @@ class _Progress:
     def finished(self, result: TrialResult, trial: TrialHandle, reused_from: int | None) -> None:
         if result.launch is None:  # reused, or refused before launch: no server started
             head = f"[no restart] trial {result.trial}"
+        elif not result.costs_restart:  # lost with its node (or interrupted): the retry counts
+            head = f"[not counted] trial {result.trial}"
         else:
             self.used += 1
             head = f"[restart {self.used}/{self.budget}] trial {result.trial}"
@@ -490,8 +492,8 @@ def run_study(
                 result.candidate, float(result.metrics.get("accept_length", math.nan)),
                 _chains(observations), expected=cfg.study.expect_accept_length,
             )  # fmt: skip
-        if result.launch is not None and result.failure != FailureReason.INTERRUPTED.value:
-            budget.restarts += 1  # a trial lost with its node did start a server: it counts
+        if result.costs_restart:  # a launch lost with its node is not: its retry counts
+            budget.restarts += 1
         stored = _record(trial, result, runs, budget.restarts, alarm)
         store.append_trial(stored)
         handle.tell(trial, result)
