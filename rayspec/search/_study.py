@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -227,6 +228,20 @@ class StudyHandle:
             self._study
         )
 
+    def grid_waits(self) -> bool:
+        """Grid only: every point not finished yet is running. Asked now, Optuna's
+        GridSampler would offer a running point again (it does once none is left unstarted),
+        so the driver waits for one to finish instead."""
+        sampler = self._study.sampler
+        if not isinstance(sampler, optuna.samplers.GridSampler):
+            return False
+        points = math.prod(len(v) for v in self.space.grid().values())
+        started = {
+            t.system_attrs.get("grid_id") for t in self._study.get_trials(deepcopy=False)
+            if t.state is not OptunaState.WAITING
+        }  # fmt: skip
+        return all(i in started for i in range(points))
+
     def roles(self) -> dict[int, str]:
         """trial -> ``baseline`` / ``enqueued[i]``; a retry inherits its original's role."""
         roles: dict[int, str] = {}
@@ -374,7 +389,7 @@ class StudyHandle:
         self._study.set_user_attr("seeded", True)
 
     # -- resume ----------------------------------------------------------------------------
-    def requeue(self, trial: StoredTrial) -> None:
+    def requeue(self, trial: StoredTrial | TrialHandle) -> None:
         """Queue an interrupted trial's configuration again, once (idempotent).
 
         The retry's ``retry_of`` attribute is what marks ``trial`` as interrupted.

@@ -64,6 +64,7 @@ from rayspec.tune._checks import prompt_key
 from rayspec.tune._decide import Measured
 from rayspec.tune._decide import cannot_beat
 from rayspec.tune._decide import comparison_metrics
+from rayspec.tune._held import HeldTrials
 from rayspec.tune._metrics import StudyMetrics
 from rayspec.tune._progress import PickView
 from rayspec.tune._progress import PlainProgress
@@ -89,6 +90,9 @@ Printer = Callable[[str], None]
 # A sampler that keeps proposing measured configurations (reused at no cost) is stopped after
 # this many such trials in a row.
 _MAX_INSTANT_IN_A_ROW = 200
+# Draws of running configurations held at once before the driver waits for a trial to end (each
+# is an Optuna trial that ends as a reuse: a small space must not fill the study with them).
+_MAX_HOLDS_AT_ONCE = 4
 
 
 @dataclass(frozen=True)
@@ -279,11 +283,12 @@ class _Budget:
         self.told = told
         self.t0 = time.monotonic()
 
-    def why_not(self, in_flight: int) -> str:
-        """Why no further trial may start now ("" when one may)."""
+    def why_not(self, in_flight: int, held: int = 0) -> str:
+        """Why no further trial may start now ("" when one may); ``held``: trials asked that
+        wait for a running one (no server of their own yet)."""
         if self.restarts + in_flight >= self.max_restarts:
             return f"restart budget spent ({self.max_restarts} server launches)"
-        if self.n_trials is not None and self.told + in_flight >= self.n_trials:
+        if self.n_trials is not None and self.told + in_flight + held >= self.n_trials:
             return f"study.n_trials reached ({self.n_trials} trials)"
         if self.max_wall_s is not None and time.monotonic() - self.t0 >= self.max_wall_s:
             return f"study.max_wall_s reached ({self.max_wall_s:g} s)"
@@ -517,9 +522,13 @@ def run_study(
 
     def next_trial(pending: Sequence[Candidate]) -> TrialHandle | None:
         nonlocal stopped
-        if handle.queued() or strategy is None:
-            if strategy is None and handle.exhausted():
+        if handle.queued():
+            return handle.ask()
+        if strategy is None:
+            if handle.exhausted():
                 stopped = "every configuration of the grid was tried"
+                return None
+            if handle.grid_waits():  # only running points left: wait for one to finish
                 return None
             return handle.ask()
         proposal = strategy.propose(observations, pending)
@@ -531,18 +540,33 @@ def run_study(
 
     pending: dict[cf.Future[TrialResult], tuple[TrialHandle, int]] = {}
     room = _Room(slots)
+    held = HeldTrials()  # asked while their configuration runs in another slot
+    unstarted: list[TrialHandle] = []  # held, then left to start when no launch may
+    given_up = False  # the sampler keeps proposing what was tried: nothing new starts
     instant_in_a_row = 0
     with cf.ThreadPoolExecutor(max_workers=room.max_workers, thread_name_prefix="trial") as pool:
         try:
             while True:
+                holds = 0
                 while room.free(len(pending)):
-                    why = budget.why_not(len(pending))
-                    if why:
-                        stopped = stopped or why
-                        break
-                    trial = next_trial([t.candidate for t, _ in pending.values()])
+                    trial = held.next_ready()
+                    fresh = trial is None
                     if trial is None:
-                        break
+                        why = budget.why_not(len(pending), len(held))
+                        if why or given_up:
+                            stopped = stopped or why
+                            break
+                        trial = next_trial([t.candidate for t, _ in pending.values()])
+                        if trial is None:
+                            break
+                    running = {canonical_key(t.candidate): t.number for t, _ in pending.values()}
+                    twin = running.get(canonical_key(trial.candidate))
+                    if twin is not None:  # never one configuration twice at once
+                        held.hold(trial, twin)
+                        holds += 1
+                        if holds >= _MAX_HOLDS_AT_ONCE:
+                            break  # the sampler draws only what runs: wait for a trial to end
+                        continue
                     if trial.role or (offs_in_full and trial.candidate.spec is None):
                         # References are measured in full, and so is no speculation with
                         # several loads: pruned on the first, it would leave the others without
@@ -556,7 +580,10 @@ def run_study(
                         instant_in_a_row += 1
                         if instant_in_a_row >= _MAX_INSTANT_IN_A_ROW:
                             stopped = "the sampler keeps proposing configurations already tried"
-                            break
+                            given_up = True
+                        continue
+                    if not fresh and budget.why_not(len(pending)):
+                        unstarted.append(trial)  # its twin left nothing to reuse, no launch left
                         continue
                     instant_in_a_row = 0
                     slot = room.take()
@@ -571,7 +598,7 @@ def run_study(
                     )  # fmt: skip
                     pending[future] = (trial, slot)
                 if not pending:
-                    if stopped or not room.dynamic:
+                    if stopped or given_up or not room.dynamic:
                         break
                     if not room.wait_for_room():  # every usable node is gone
                         stopped = room.none_left
@@ -594,8 +621,20 @@ def run_study(
                                else "not queued again (it was the retry of a lost trial)")
                         )  # fmt: skip
                     record(trial, result, None)
-                if stopped and stopped.startswith("the sampler"):
-                    break
+                    held.release(trial.number)
+            for trial in [*unstarted, *held.drain()]:
+                # Held, and its twin left no result to reuse when no launch may start: tried
+                # again on resume, as a trial the driver stopped.
+                instant, reused_from = _instant_result(handle, trial, observations)
+                if instant is None:
+                    handle.requeue(trial)
+                    instant = failed_result(
+                        trial.number, trial.candidate, FailureReason.INTERRUPTED,
+                        f"the study stopped ({stopped or 'no room'}) before this trial, held "
+                        "while the same configuration ran in another slot, could start; its "
+                        "configuration was queued again",
+                    )  # fmt: skip
+                record(trial, instant, reused_from)
         except BaseException:
             # Ctrl-C, SIGTERM or a bug: stop every running server now rather than letting the
             # pool wait for trials to finish; their trials stay RUNNING and are retried on resume.

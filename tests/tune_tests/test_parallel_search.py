@@ -1,11 +1,13 @@
-"""Several slots asking at once: the structured search never runs one configuration twice at the
-same time, and the restart budget counts launches of every slot (simulated trials, no Ray)."""
+"""Several slots asking at once: no sampler runs one configuration twice at the same time, and
+the restart budget counts launches of every slot (simulated trials, no Ray)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from typing import Any
+
+import pytest
 
 from rayspec._config import load_config
 from rayspec._types import Candidate
@@ -74,3 +76,46 @@ def test_the_slot_count_may_change_while_the_study_runs(tmp_path) -> None:
     outcome = run_study(cfg, trial_fn=trials, slots=slots, printer=lambda _line: None)
     assert asked["n"] > 1 and trials.peak == 3 and trials.twice == []
     assert outcome.restarts == trials.launched <= 12
+
+
+def _small_space(tmp_path: Any, sampler: str) -> Any:
+    """Six configurations (no speculation x three protocols x two algorithms): four slots of
+    Optuna's own samplers would soon draw one that is running."""
+    from rayspec._config import load_config as load
+    from tests.helpers import twin_doc
+    from tests.helpers import write_experiment
+
+    doc = twin_doc(
+        str(tmp_path),
+        study={"sampler": sampler, "max_restarts": 12, "n_trials": 40},
+        search={"nccl": {"NCCL_PROTO": ["unset", "LL", "Simple"], "NCCL_ALGO": ["unset", "Ring"]},
+                "speculative": {"modes": ["off"]}},
+        bench={"warmup": 0, "repeats": 1, "max_repeats": 1, "max_tokens": 20},
+    )  # fmt: skip
+    return load(write_experiment(str(tmp_path), doc))
+
+
+@pytest.mark.parametrize("sampler", ["random", "grid"])
+def test_optunas_samplers_never_run_a_configuration_that_runs_in_another_slot(
+    tmp_path, sampler: str
+) -> None:
+    """A draw of a running configuration waits for it, holding no slot, and reuses its result;
+    every trial keeps its row and none is left running."""
+    from rayspec.search import SearchSpace
+    from rayspec.search import open_study
+    from rayspec.store import ParquetTrialStore
+    from rayspec.tune._report import candidate_reader
+
+    cfg = _small_space(tmp_path, sampler)
+    trials = _Watched()
+    outcome = run_study(cfg, trial_fn=trials, slots=4, printer=lambda _line: None)
+    assert trials.peak > 1 and trials.twice == []
+    handle = open_study(cfg, SearchSpace.from_config(cfg.search))
+    records = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(handle.space))
+    assert sorted(r.trial for r in records) == sorted(t.number for t in handle.trials())
+    assert not handle.running() and outcome.restarts == trials.launched
+    # Each of the six configurations launched once at most; the rest of the draws were reuses.
+    launched = [r.candidate_key for r in records if r.launched]
+    assert len(launched) == len(set(launched)) <= 6
+    if sampler == "grid":
+        assert outcome.stopped == "every configuration of the grid was tried"
