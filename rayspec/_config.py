@@ -162,6 +162,10 @@ class ClusterConfig:
     # A Ray custom resource every usable node declares (e.g. "h200": `ray start --resources
     # '{"h200": 1}'`); trials run only on such nodes. "": any node with the GPUs.
     node_resource: str = ""
+    # How long a trial may wait for its GPUs on one node before it is
+    # failed and the study stops: the room counted may be held by a job outside the study.
+    # 0: wait for ever.
+    placement_timeout_s: float = 600.0
 
 
 @dataclass
@@ -563,6 +567,11 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("study.prune_min_runs", "must be at least 1")
     if cfg.cluster.max_concurrent_trials < 0:
         raise _fail("cluster.max_concurrent_trials", "must be 0 (auto) or more")
+    if cfg.cluster.placement_timeout_s < 0:
+        raise _fail(
+            "cluster.placement_timeout_s",
+            f"{cfg.cluster.placement_timeout_s} must be 0 (wait for ever) or more seconds",
+        )
     if not cfg.cluster.dashboard_host:
         raise _fail("cluster.dashboard_host", "must not be empty")
     res = cfg.cluster.node_resource

@@ -38,12 +38,20 @@ class FailureReason(str, enum.Enum):
     INFEASIBLE = "infeasible"  # rejected before launch: never cost a server start
     INTERRUPTED = "interrupted"  # the driver died while the trial ran
     NODE_LOST = "node_lost"  # the trial's Ray node died mid-trial; retried once elsewhere
+    # No node had the trial's GPUs free within cluster.placement_timeout_s: no server started
+    NO_PLACEMENT = "no_placement"
     UNKNOWN = "unknown"
 
 
 # Failures of the cluster or the driver, not of the configuration: they teach the search
 # nothing, and the configuration is tried again.
-NOT_THE_CONFIG = frozenset({FailureReason.INTERRUPTED.value, FailureReason.NODE_LOST.value})
+NOT_THE_CONFIG = frozenset(
+    {
+        FailureReason.INTERRUPTED.value,
+        FailureReason.NODE_LOST.value,
+        FailureReason.NO_PLACEMENT.value,
+    }
+)
 
 
 class RayspecError(Exception):

@@ -33,6 +33,12 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
     ("max-wall-negative", {}, ["study.max_wall_s=-5"], "study.max_wall_s: -5.0 must be"),
     ("start-noise", {}, ["study.start_noise=2"], "study.start_noise: 2.0 must be in"),
     (
+        "placement-timeout-negative",
+        {},
+        ["cluster.placement_timeout_s=-1"],
+        "cluster.placement_timeout_s: -1.0 must be 0 (wait for ever) or more",
+    ),
+    (
         "max-repeats-below",
         {},
         ["bench.repeats=5", "bench.max_repeats=3"],

@@ -542,7 +542,8 @@ def run_study(
     room = _Room(slots)
     held = HeldTrials()  # asked while their configuration runs in another slot
     unstarted: list[TrialHandle] = []  # held, then left to start when no launch may
-    given_up = False  # the sampler keeps proposing what was tried: nothing new starts
+    # No new trial starts: the sampler keeps proposing what was tried, or no room could be had.
+    halted = False
     instant_in_a_row = 0
     with cf.ThreadPoolExecutor(max_workers=room.max_workers, thread_name_prefix="trial") as pool:
         try:
@@ -553,7 +554,7 @@ def run_study(
                     fresh = trial is None
                     if trial is None:
                         why = budget.why_not(len(pending), len(held))
-                        if why or given_up:
+                        if why or halted:
                             stopped = stopped or why
                             break
                         trial = next_trial([t.candidate for t, _ in pending.values()])
@@ -580,7 +581,7 @@ def run_study(
                         instant_in_a_row += 1
                         if instant_in_a_row >= _MAX_INSTANT_IN_A_ROW:
                             stopped = "the sampler keeps proposing configurations already tried"
-                            given_up = True
+                            halted = True
                         continue
                     if not fresh and budget.why_not(len(pending)):
                         unstarted.append(trial)  # its twin left nothing to reuse, no launch left
@@ -598,7 +599,7 @@ def run_study(
                     )  # fmt: skip
                     pending[future] = (trial, slot)
                 if not pending:
-                    if stopped or given_up or not room.dynamic:
+                    if stopped or halted or not room.dynamic:
                         break
                     if not room.wait_for_room():  # every usable node is gone
                         stopped = room.none_left
@@ -611,6 +612,17 @@ def run_study(
                     trial, slot = pending.pop(future)
                     room.give_back(slot)
                     result = future.result()
+                    if result.failure == FailureReason.NO_PLACEMENT.value:
+                        # The room counted is held outside the study: every trial would wait
+                        # as long again. Stop starting trials; a resume runs this one first.
+                        handle.requeue(trial)
+                        halted = True
+                        stopped = (
+                            f"no room on the cluster: trial {trial.number} was not placed within "
+                            f"cluster.placement_timeout_s ({cfg.cluster.placement_timeout_s:g} s; "
+                            "its configuration is queued again for a resume)"
+                        )
+                        printer(f"trial {trial.number}: {result.failure_detail}")
                     if result.failure == FailureReason.NODE_LOST.value:
                         # Queued before the row is written: a driver killed in between leaves
                         # a RUNNING trial whose retry exists (recovery does not queue another).

@@ -37,6 +37,9 @@ from rayspec.server import ServerActor
 from rayspec.server import build_launch
 from rayspec.server import parse_decode_lines
 from rayspec.tune._cluster import NODE_RESOURCE_SHARE
+from rayspec.tune._placement import PlacementTimeout
+from rayspec.tune._placement import await_placement
+from rayspec.tune._placement import waiting_for
 
 __all__ = [
     "bench_plan",
@@ -297,9 +300,15 @@ def run_trial(
     node_ip = ""
     node_id = ""
     lost = False
+    placed = False
     try:
         phase(number, "placing")
-        node_ip = ray.get(server.node_ip.remote())
+        what = waiting_for(cfg.server.tp_size, resource)
+        node_ip = await_placement(
+            server.node_ip.remote(), what=what, timeout_s=cfg.cluster.placement_timeout_s,
+            note=lambda line: phase(number, line),
+        )  # fmt: skip
+        placed = True
         node_id = ray.get(server.node_id.remote())
         node_ip = f"{node_ip} {node_id[:12]}"  # several nodes may share an address
         # The client on the server's node: its load stays on loopback.
@@ -332,6 +341,13 @@ def run_trial(
             cfg, number, candidate, launch, bench_result, pruned=pruned, info=info, view=view,
             start=start, node=node_ip,
         )  # fmt: skip
+    except PlacementTimeout as exc:
+        return failed_result(
+            number, candidate, FailureReason.NO_PLACEMENT,
+            f"no node had {what} free within {exc.waited_s:.0f} s "
+            "(cluster.placement_timeout_s): held by a job outside the study? No server was "
+            "started; the configuration is queued again for a resume", start=start,
+        )  # fmt: skip
     except LaunchError as exc:
         return failed_result(
             number, candidate, exc.reason, _message(exc), launch=launch, start=start,
@@ -356,8 +372,11 @@ def run_trial(
             launch=launch, start=start, log_tail=_log_tail(server, launch), node=node_ip,
         )  # fmt: skip
     finally:
-        phase(number, "stopping server")
-        _stop(server, cfg.server.stop_timeout_s, quiet=lost)
+        if placed:
+            phase(number, "stopping server")
+            _stop(server, cfg.server.stop_timeout_s, quiet=lost)
+        else:  # never placed (or lost while being placed): nothing to stop, only the request
+            ray.kill(server)
         if bench is not None:
             ray.kill(bench)
         LIVE_ACTORS.drop(number)

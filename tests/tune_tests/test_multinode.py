@@ -283,3 +283,40 @@ def test_a_killed_cli_driver_resumes_with_trials_on_two_nodes(nodes: _Nodes, tmp
     assert sorted(numbers) == sorted(t.number for t in handle.trials())
     assert not handle.running()
     assert sum(1 for r in rows if r["command"] and r["failure"] != "interrupted") == 3
+
+
+class _Holder:
+    """A job outside the study holding a node's GPUs."""
+
+    def ready(self) -> bool:
+        return True
+
+
+def test_a_trial_with_no_room_fails_after_the_placement_timeout(nodes: _Nodes, tmp_path) -> None:
+    """Every h200 GPU held outside the study: each trial says what it waits for, is recorded
+    ``no_placement`` after ``cluster.placement_timeout_s`` (no server, no restart), is queued
+    again for a resume, and the study stops with one line."""
+    import ray
+
+    if not nodes.alive(KIND):
+        nodes.add(KIND)
+    hold = ray.remote(num_cpus=0, num_gpus=8, resources={KIND: 0.001})(_Holder)
+    holders = [hold.remote() for _ in nodes.alive(KIND)]
+    cfg = _cfg(tmp_path, "server.tp_size=8", "study.max_restarts=3",
+               "cluster.placement_timeout_s=2")  # fmt: skip
+    lines: list[str] = []
+    try:
+        ray.get([h.ready.remote() for h in holders], timeout=60)
+        outcome = run_study(cfg, printer=lines.append, slots=functools.partial(room, 8, KIND))
+    finally:
+        for h in holders:
+            ray.kill(h)
+    rows = _rows(cfg)
+    assert rows and all(r["failure"] == "no_placement" and not r["command"] for r in rows), [
+        (r["trial"], r["failure"], r["failure_detail"]) for r in rows
+    ]
+    assert outcome.restarts == 0 and outcome.stopped.startswith("no room on the cluster")
+    assert any(f"waiting for 8 GPUs on one node with {KIND}" in line for line in lines), lines
+    handle = open_study(cfg, SearchSpace.from_config(cfg.search))
+    retried = {t.attrs.get("retry_of") for t in handle.trials() if t.optuna_state == "WAITING"}
+    assert {r["trial"] for r in rows} <= retried and not handle.running()
