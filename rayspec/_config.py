@@ -162,7 +162,7 @@ class ClusterConfig:
     # A Ray custom resource every usable node declares (e.g. "h200": `ray start --resources
     # '{"h200": 1}'`); trials run only on such nodes. "": any node with the GPUs.
     node_resource: str = ""
-    # How long a trial may wait for its GPUs on one node before it is
+    # How long a trial (or the NCCL screen) may wait for its GPUs on one node before it is
     # failed and the study stops: the room counted may be held by a job outside the study.
     # 0: wait for ever.
     placement_timeout_s: float = 600.0

@@ -25,8 +25,7 @@ from rayspec.screen._torch import TorchNcclScreen
 
 __all__ = ["RayNcclScreen"]
 
-# Beyond the sets' own timeouts: placing the actor (waiting for the GPUs) and each set's kill.
-_PLACE_S = 600.0
+# Beyond the sets' own timeouts: each set's kill.
 _PER_SET_SLACK_S = 15.0
 
 
@@ -63,6 +62,8 @@ class RayNcclScreen(BaseNcclScreen):
         iters: timed all-reduces per size.
         warmup: untimed all-reduces per size.
         node_resource: a Ray custom resource the node must declare (``cluster.node_resource``).
+        place_timeout_s: how long the actor may wait for its GPUs, on top of the sets' own
+            timeouts (``cluster.placement_timeout_s``); 0: for ever.
 
     Example::
 
@@ -83,8 +84,10 @@ class RayNcclScreen(BaseNcclScreen):
         iters: int = 50,
         warmup: int = 10,
         node_resource: str = "",
+        place_timeout_s: float = 600.0,
     ) -> None:
         self.world_size = world_size
+        self.place_timeout_s = place_timeout_s
         self.node_resource = node_resource  # a custom resource the node must declare
         self.python = python
         self._options: dict[str, Any] = {
@@ -118,21 +121,25 @@ class RayNcclScreen(BaseNcclScreen):
         actor = self._start()
         ref = actor.measure.remote([dict(e) for e in envs], [int(s) for s in sizes_bytes],
                                    float(timeout_s))  # fmt: skip
-        wait_s = _PLACE_S + len(envs) * (timeout_s + _PER_SET_SLACK_S)
+        wait_s: float | None = None  # placement without a limit: the sets have their own
+        if self.place_timeout_s > 0:
+            wait_s = self.place_timeout_s + len(envs) * (timeout_s + _PER_SET_SLACK_S)
         try:
             results: list[ScreenResult] = ray.get(ref, timeout=wait_s)
             self._description = str(ray.get(actor.describe.remote(), timeout=60))
         except GetTimeoutError as exc:
             self.close()
             raise LaunchError(
-                f"the NCCL screen's actor gave no answer within {wait_s:g} s (are "
+                f"the NCCL screen's actor gave no answer within {wait_s or 0:g} s (are "
                 f"{self.world_size} GPUs free on one node?)",
                 reason=FailureReason.UNKNOWN,
             ) from exc
         except RayActorError as exc:
             self._actor = None
+            first = str(exc).strip().splitlines()  # Ray's text runs to many lines
             raise LaunchError(
-                f"the NCCL screen's actor died: {exc}", reason=FailureReason.UNKNOWN
+                f"the NCCL screen's actor died (its node lost?): {first[0] if first else exc}",
+                reason=FailureReason.UNKNOWN,
             ) from exc
         return results
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
+from rayspec._exceptions import LaunchError
 from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec.screen import BaseNcclScreen
@@ -106,6 +107,7 @@ def _make_screen(cfg: ExperimentConfig) -> BaseNcclScreen | None:
         return RayNcclScreen(
             world_size=cfg.server.tp_size, python=cfg.server.python or sys.executable,
             node_resource=cfg.cluster.node_resource,
+            place_timeout_s=cfg.cluster.placement_timeout_s,
         )  # fmt: skip
     return None
 
@@ -133,8 +135,9 @@ def run_screen(
 ) -> ScreenReport | None:
     """Rank the space's NCCL sets (or load the ranking a previous run saved).
 
-    Returns None when the screen is off, the space searches no NCCL variable, or no screen is
-    available for the engine (the search then launches only the default and enqueued sets).
+    Returns None when the screen is off, the space searches no NCCL variable, no screen is
+    available for the engine, or the screen could not finish (its node died, its GPUs never
+    came free): the search then launches only the default and enqueued sets.
     """
     sc = cfg.search.nccl_screen
     if not sc.enabled or not space.nccl:
@@ -170,6 +173,14 @@ def run_screen(
             also=enqueued,
             progress=printer,
         )
+    except LaunchError as exc:
+        # The screen's node died or its GPUs never came free: no set is to blame, and the
+        # study need not stop for it. Nothing is saved, so a resume screens again.
+        printer(
+            f"NCCL screen: stopped ({exc}); no ranking, so the search launches the default "
+            "and enqueued NCCL sets only"
+        )
+        return None
     finally:
         if owned:
             screen.close()
