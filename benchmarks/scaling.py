@@ -15,9 +15,11 @@ Ray's actor start, the streams) is then a small share of each trial, and four tr
 fit on two cores. Raise ``--startup-s`` to move closer to a real node's ratio.
 
 Columns: ``wall s`` (the whole ``run_study`` call: NCCL screen, search, trials, store),
-``trials`` (server
-launches), ``trials/h``, ``efficiency`` (trials/h against n times the 1-node trials/h), the
-pick and its *true* value (the twin model's noise-free decode rate of the picked
+``trials`` (server launches), ``trials/h``, ``efficiency`` (trials/h against n times the 1-node
+trials/h), ``trial s`` (mean wall time of a trial: longer at more nodes is the machine's CPU
+shared by more trials at once), ``idle`` (the share of the slots' time with no trial between the
+first and the last launch: slots the driver or the search left empty while there was budget),
+the pick and its *true* value (the twin model's noise-free decode rate of the picked
 configuration, and as % of the best true value of any configuration any of the studies ran).
 
 Usage::
@@ -66,6 +68,20 @@ class Result:
     pick_true: float
     best_true: float
     stopped: str
+    trial_s: float  # mean wall time of a launched trial (start of its thread to its result)
+    idle: float  # share of the slots' time idle between the first and the last launch
+
+
+def occupancy(spans: list[tuple[float, float]], slots: int) -> float:
+    """The share of ``slots`` x (first start .. last start) during which no trial ran: slots
+    left idle while the study was still launching (the tail after the last launch, where
+    nothing is left to start, is not counted)."""
+    first = min(s for s, _ in spans)
+    last = max(s for s, _ in spans)
+    if last <= first:
+        return 0.0
+    busy = sum(max(0.0, min(e, last) - s) for s, e in spans)
+    return 1.0 - busy / (slots * (last - first))
 
 
 def true_tok_s(cfg: ExperimentConfig, candidate: Candidate) -> float:
@@ -114,6 +130,7 @@ def one_study(nodes: int, args: argparse.Namespace) -> Result:
         if best is None:
             raise RuntimeError("the study picked nothing")
         trues = {r["candidate"]: true_tok_s(cfg, _candidate(cfg, r)) for r in launched}
+        spans = [(float(r["start_unix_s"]), float(r["end_unix_s"])) for r in rows if r["command"]]
         return Result(
             nodes=nodes,
             wall_s=outcome.wall_s,
@@ -122,6 +139,8 @@ def one_study(nodes: int, args: argparse.Namespace) -> Result:
             pick_true=true_tok_s(cfg, best.candidate),
             best_true=max(trues.values()),
             stopped=outcome.stopped,
+            trial_s=sum(e - s for s, e in spans) / len(spans),
+            idle=occupancy(spans, nodes),
         )
 
 
@@ -144,16 +163,17 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
         f"{args.seed}, server.twin.startup_s {args.startup_s:g}, 3 runs x 100 tokens per trial, "
         "TP8 (one trial per node)",
         "",
-        "| nodes | wall s | trials | trials/h | efficiency | pick | pick true tok/s | "
-        "of best run |",
-        "|---|---|---|---|---|---|---|---|",
+        "| nodes | wall s | trials | trials/h | efficiency | trial s | idle | pick | "
+        "pick true tok/s | of best run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         rate = r.trials / r.wall_s
         eff = rate / (r.nodes * base_rate) if base else float("nan")
         lines.append(
             f"| {r.nodes} | {r.wall_s:.1f} | {r.trials} | {rate * 3600:.0f} | {eff:.0%} | "
-            f"{r.pick} | {r.pick_true:.1f} | {r.pick_true / best:.1%} |"
+            f"{r.trial_s:.1f} | {r.idle:.0%} | {r.pick} | {r.pick_true:.1f} | "
+            f"{r.pick_true / best:.1%} |"
         )
     lines.append("")
     lines.extend(f"{r.nodes} node(s) stopped: {r.stopped}" for r in results)

@@ -423,6 +423,7 @@ def run_study(
             concurrency=cfg.scenarios()[0].concurrency, start_noise=cfg.study.start_noise,
         )  # fmt: skip
     observations: list[Observation] = observations_from_records(records, roles)
+    kept = list(records)  # every row, this invocation's appended as they are written
     gate = _make_gate(cfg, store, roles)
     sink = progress if progress is not None else PlainProgress(printer)
     show = _Progress(budget.max_restarts, budget.restarts, sink)
@@ -514,7 +515,10 @@ def run_study(
         evidence_at_start.pop(result.trial, None)
         ran += 1
         extended.discard(result.trial)
-        show.set_pick(*_pick_line(store.load_records(read), handle.roles(), cfg, equivalent))
+        # From the rows in memory: reading every row back after each trial (as the final
+        # report does) grows with the study and holds up the freed slot's next launch.
+        kept.append(stored)
+        show.set_pick(*_pick_line(kept, handle.roles(), cfg, equivalent))
         sink.trial_finished(result.trial)
         show.finished(result, trial, reused_from)
         if alarm:
