@@ -90,9 +90,10 @@ Printer = Callable[[str], None]
 # A sampler that keeps proposing measured configurations (reused at no cost) is stopped after
 # this many such trials in a row.
 _MAX_INSTANT_IN_A_ROW = 200
-# Draws of running configurations held at once before the driver waits for a trial to end (each
-# is an Optuna trial that ends as a reuse: a small space must not fill the study with them).
-_MAX_HOLDS_AT_ONCE = 4
+# Draws of running configurations in one round of filling slots before the driver waits for a
+# trial to end (each is an Optuna trial that ends as a reuse: a small space must not fill the
+# study with them).
+_MAX_HOLDS_PER_ROUND = 4
 
 
 @dataclass(frozen=True)
@@ -569,7 +570,7 @@ def run_study(
                     if twin is not None:  # never one configuration twice at once
                         held.hold(trial, twin)
                         holds += 1
-                        if holds >= _MAX_HOLDS_AT_ONCE:
+                        if holds >= _MAX_HOLDS_PER_ROUND:
                             break  # the sampler draws only what runs: wait for a trial to end
                         continue
                     if trial.role or (offs_in_full and trial.candidate.spec is None):
@@ -587,7 +588,7 @@ def run_study(
                             stopped = "the sampler keeps proposing configurations already tried"
                             halted = True
                         continue
-                    if not fresh and budget.why_not(len(pending)):
+                    if not fresh and (halted or budget.why_not(len(pending))):
                         unstarted.append(trial)  # its twin left nothing to reuse, no launch left
                         continue
                     instant_in_a_row = 0

@@ -119,3 +119,41 @@ def test_optunas_samplers_never_run_a_configuration_that_runs_in_another_slot(
     assert len(launched) == len(set(launched)) <= 6
     if sampler == "grid":
         assert outcome.stopped == "every configuration of the grid was tried"
+
+
+def test_held_draws_of_a_trial_that_found_no_room_are_queued_again_with_their_rows(
+    tmp_path,
+) -> None:
+    """A space of one configuration: every draw is held on the running baseline; the baseline
+    finds no room (``no_placement``), so nothing may start and nothing can be reused: each held
+    trial is recorded interrupted and queued again, none is left running."""
+    from rayspec._exceptions import FailureReason
+    from rayspec.search import SearchSpace
+    from rayspec.search import open_study
+    from rayspec.store import ParquetTrialStore
+    from rayspec.tune._report import candidate_reader
+    from rayspec.tune._trial import failed_result
+    from tests.helpers import twin_doc
+    from tests.helpers import write_experiment
+
+    doc = twin_doc(str(tmp_path), study={"sampler": "random", "n_trials": 20},
+                   search={"speculative": {"modes": ["off"]}})  # fmt: skip
+    cfg = load_config(write_experiment(str(tmp_path), doc))
+    started: list[int] = []
+
+    def no_room(cfg: Any, number: int, candidate: Candidate, **kw: Any) -> TrialResult:
+        started.append(number)
+        time.sleep(0.3)  # the other slot draws meanwhile
+        return failed_result(number, candidate, FailureReason.NO_PLACEMENT, "no room (test)")
+
+    outcome = run_study(cfg, trial_fn=no_room, slots=2, printer=lambda _line: None)
+    assert started == [0] and outcome.stopped.startswith("no room on the cluster")
+    handle = open_study(cfg, SearchSpace.from_config(cfg.search))
+    states = {t.number: t.attrs.get("failure_reason") for t in handle.trials()
+              if t.optuna_state != "WAITING"}  # fmt: skip
+    assert states[0] == "no_placement" and len(states) > 1
+    assert all(v == "interrupted" for n, v in states.items() if n != 0), states
+    retried = {t.attrs.get("retry_of") for t in handle.trials() if t.optuna_state == "WAITING"}
+    assert set(states) <= retried and not handle.running()
+    rows = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(handle.space))
+    assert sorted(r.trial for r in rows) == sorted(states)  # every trial has its row
