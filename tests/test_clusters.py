@@ -261,3 +261,68 @@ def test_the_image_holds_what_the_manifest_and_the_readme_expect() -> None:
     assert ["kubectl", "wait", f"raycluster/{name}"] == next(
         c[:3] for c in commands if c[:2] == ["kubectl", "wait"]
     )
+
+
+# ---------------------------------------------------------------- the on-prem launcher config
+
+LAUNCHER = os.path.join(CLUSTERS, "onprem-8gpu.ray.yaml")
+
+
+def _launcher() -> dict[str, Any]:
+    doc: dict[str, Any] = _load(LAUNCHER)
+    doc["provider"].update(head_ip="10.0.0.1", worker_ips=["10.0.0.2", "10.0.0.3"])
+    return doc
+
+
+def _env_and_argv(command: str) -> tuple[dict[str, str], list[str]]:
+    """A start command's leading VAR=value assignments and the rest."""
+    words = shlex.split(command)
+    env = dict(w.split("=", 1) for w in words if re.fullmatch(r"[A-Za-z_]\w*=.*", w))
+    return env, words[len(env) :]
+
+
+def test_ray_up_takes_the_launcher_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.autoscaler._private.util import prepare_config
+    from ray.autoscaler._private.util import validate_config
+
+    monkeypatch.chdir(REPO)  # `ray up` runs from the checkout: file mounts are relative to it
+    validate_config(prepare_config(_launcher()))  # Ray's own schema: unknown keys are errors
+    broken = _launcher() | {"file_mount": {}}
+    with pytest.raises(Exception, match="file_mount"):
+        validate_config(prepare_config(broken))
+
+
+def test_the_launcher_syncs_the_sources_and_not_the_checkout() -> None:
+    mounts = _launcher()["file_mounts"]
+    sources = {remote.removeprefix("~/rayspec/"): local for remote, local in mounts.items()}
+    # "." would copy .venv (whose links to the local Python break the head's autoscaler), .git
+    # and runs/ to every node (seen in .ci/rehearse-onprem).
+    assert "." not in mounts.values() and "./" not in mounts.values()
+    for name in ("pyproject.toml", "README.md", "rayspec", "experiments", "clusters"):
+        assert sources.get(name) == f"./{name}", f"{name} is not synced to ~/rayspec"
+        assert os.path.exists(os.path.join(REPO, name))
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as fh:
+        assert tomllib.load(fh)["project"]["readme"] in sources  # pip -e needs it on the node
+
+
+def test_each_node_starts_ray_as_the_study_needs() -> None:
+    from ray.scripts.scripts import start  # Ray's own `ray start` parser
+
+    doc = _launcher()
+    cfg = load_config(TWIN_EXPERIMENT, [os.path.join(CLUSTERS, "onprem-8gpu.yaml")])
+    *_, head_cmd = doc["head_start_ray_commands"]
+    *_, worker_cmd = doc["worker_start_ray_commands"]
+    head_env, head_argv = _env_and_argv(head_cmd)
+    worker_env, worker_argv = _env_and_argv(worker_cmd)
+    head = start.make_context("start", head_argv[2:]).params
+    worker = start.make_context("start", worker_argv[2:]).params
+    assert head["head"] and head["dashboard_host"] == "127.0.0.1"  # the SSH tunnel's end
+    assert worker["address"] == f"$RAY_HEAD_IP:{head['port']}"
+    for params in (head, worker):
+        assert params["num_gpus"] % cfg.server.tp_size == 0  # whole trials per node
+    assert head_env["RAY_AUTH_MODE"] == worker_env["RAY_AUTH_MODE"] == "token"
+    # `ray up` exports RAY_enable_autoscaler_v2=1, and v2 counts the local provider's head as one
+    # of min_workers: one worker of two started in .ci/rehearse-onprem (Ray 2.60).
+    assert head_env["RAY_enable_autoscaler_v2"] == "0"
+    # `ray down` runs a bare `ray stop` on the head: the node's login shell must find the venv's.
+    assert any("rayspec-venv/bin:$PATH" in c and ".bashrc" in c for c in doc["setup_commands"])
