@@ -58,6 +58,22 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
     ("mem-fraction", {}, ["server.mem_fraction_static=1.5"], "server.mem_fraction_static"),
     ("unknown-engine", {}, ["server.engine=vllm"], "server.engine: Invalid value 'vllm'"),
     ("unknown-sampler", {}, ["study.sampler=bayes"], "study.sampler: Invalid value 'bayes'"),
+    (
+        "grid-too-large",
+        {
+            "study": {"sampler": "grid"},
+            "search": {
+                "nccl": {
+                    "NCCL_MAX_NCHANNELS": [str(n) for n in range(1, 33)],
+                    "NCCL_BUFFSIZE": [str(2**i) for i in range(16, 32)],
+                    "NCCL_PROTO": ["LL", "Simple"],
+                }
+            },
+        },
+        [],
+        # 61 speculative points x 33 x 17 x 3
+        "study.sampler: grid would try 102,663 configurations (at most 100,000)",
+    ),
     ("override-no-equals", {}, ["study.n_trials"], "expected dotted.key=value"),
     ("override-no-key", {}, ["=5"], "expected dotted.key=value"),
     ("override-plus", {}, ["+study.extra=1"], "expected dotted.key=value"),

@@ -23,6 +23,7 @@ SGLang's rules are built in (sglang-contract §4.2, §10.1):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -198,7 +199,9 @@ class SearchSpace:
         return f"{P_NDT}.upto{limit}", fit
 
     def grid(self) -> dict[str, list[Any]]:
-        """Every parameter with its choices, for Optuna's GridSampler."""
+        """Every declared parameter with its choices: the space's fingerprint (a study keeps it,
+        :meth:`from_grid` reads it back). Not the grid sampler's points: the draft-token
+        parameter is conditional and tree-dependent, see :meth:`grid_points`."""
         grid: dict[str, list[Any]] = {P_MODE: list(self.modes)}
         if any(m != SPEC_OFF and not is_adaptive(m) for m in self.modes):
             grid[P_STEPS] = list(self.num_steps)
@@ -212,6 +215,50 @@ class SearchSpace:
         for flag, choices in self.flags:
             grid[_flag_param(flag)] = list(choices)
         return grid
+
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every launchable candidate once (canonical, feasible: :meth:`size` of them), each as
+        the parameters :meth:`suggest` asks for it, in the order of Optuna's own grid
+        (``itertools.product`` over the sorted names, a parameter left out ordering first).
+
+        The points are not a product: the draft-token parameter exists for trees only, named by
+        the tree (:meth:`ndt_param`), and ``spec.overlap`` for topk 1 only; a draft budget the
+        tree cannot hold is no point at all.
+        """
+        spec_points: dict[str, dict[str, Any]] = {}
+        for mode in self.modes:
+            base: list[dict[str, Any]] = []
+            if mode == SPEC_OFF or is_adaptive(mode):
+                base.append({P_MODE: mode})
+            else:
+                for k in self.num_steps:
+                    for m in self.eagle_topk:
+                        if m == 1:
+                            base.append({P_MODE: mode, P_STEPS: k, P_TOPK: m})
+                            continue
+                        name, budgets = self.ndt_param(k, m)
+                        fit = [n for n in budgets if SpecSettings(mode, k, m, n).fits_tree]
+                        base.extend({P_MODE: mode, P_STEPS: k, P_TOPK: m, name: n} for n in fit)
+            for params in base:
+                variants = [params]
+                if self._has_overlap_param(params):
+                    variants = [{**params, P_OVERLAP: o} for o in self.overlap]
+                for point in variants:
+                    spec_points.setdefault(canonical_key(self.candidate(point)), point)
+        others = [(_nccl_param(k), list(dict.fromkeys(v))) for k, v in self.nccl]
+        others += [(_flag_param(k), list(dict.fromkeys(v))) for k, v in self.flags]
+        points = [
+            {**spec, **dict(zip((name for name, _ in others), values, strict=True))}
+            for spec in spec_points.values()
+            for values in itertools.product(*(choices for _, choices in others))
+        ]
+        order: dict[str, dict[Any, int]] = {}
+        for point in points:
+            for name, value in point.items():
+                order.setdefault(name, {}).setdefault(value, len(order[name]))
+        names = sorted(order)
+        points.sort(key=lambda p: tuple(order[n][p[n]] if n in p else -1 for n in names))
+        return points
 
     # -- params <-> candidates ------------------------------------------------------------
     def candidate(self, params: Mapping[str, Any]) -> Candidate:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -77,17 +76,49 @@ _TRIAL_METRIC_ATTRS = (
     "tok_s_mean", "tok_s_peak", "tok_s_std", "tok_s_ci95_low", "tok_s_ci95_high",
     "accept_length", "runs", "vs_baseline_ratio",
 )  # fmt: skip
+# The most configurations study.sampler=grid may walk. Those in experiments/ have 44,469 each; a
+# grid of millions would never finish, and Optuna holds and shuffles every point on each open.
+GRID_MAX_POINTS = 100_000
 _FINISHED = (OptunaState.COMPLETE, OptunaState.PRUNED, OptunaState.FAIL)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 class _AskTellGridSampler(optuna.samplers.GridSampler):
-    """GridSampler without its ``study.stop()`` on the last tell.
+    """Optuna's GridSampler over a list of points, for ask/tell.
 
-    Under ask/tell that call raises; the study loop checks :meth:`is_exhausted` before each
-    ask instead, so the sampler never needs to stop the study itself.
+    Optuna's grid is the product of its parameters' choices, and every parameter a trial
+    suggests must be in it; rayspec's space is conditional (the draft-token parameter exists
+    for trees only, named by the tree; ``spec.overlap`` for topk 1 only), so no product fits
+    it. This grid is :meth:`SearchSpace.grid_points`: each grid id one launchable
+    configuration, and a trial's parameters are the ones :meth:`SearchSpace.suggest` asks (what
+    optuna-dashboard shows), a parameter a point does not use being absent. Everything else is
+    GridSampler's: the shuffle by ``seed``, the ``grid_id`` and ``search_space`` system
+    attributes, :meth:`is_exhausted`. A space without conditional parameters gets Optuna's own
+    grid, point for point and id for id (a study of the old product grid resumes).
+
+    GridSampler keeps its grid in private attributes, which this constructor sets;
+    ``tests/search_tests/test_study.py`` pins that against the installed Optuna.
+
+    Its ``study.stop()`` on the last tell is left out: under ask/tell that call raises; the study
+    loop checks :meth:`is_exhausted` before each ask instead.
     """
+
+    def __init__(self, points: Sequence[Mapping[str, Any]], seed: int | None = None) -> None:
+        super().__init__({}, seed=seed)
+        names = sorted({name for point in points for name in point})
+        self._search_space = {
+            name: list(dict.fromkeys(p[name] for p in points if name in p)) for name in names
+        }
+        self._param_names = names
+        self._all_grids = [tuple(p.get(name) for name in names) for p in points]
+        self._n_min_trials = len(self._all_grids)
+        self._rng.rng.seed(seed or 0)  # as GridSampler's own: the same points, the same order
+        self._rng.rng.shuffle(self._all_grids)  # type: ignore[arg-type]
+
+    @property
+    def n_points(self) -> int:
+        return self._n_min_trials
 
     def after_trial(
         self,
@@ -112,7 +143,8 @@ def _make_sampler(cfg: ExperimentConfig, space: SearchSpace) -> BaseSampler:
     if cfg.study.sampler is Sampler.tpe:
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=cfg.study.n_startup_trials)
     if cfg.study.sampler is Sampler.grid:
-        return _AskTellGridSampler(space.grid(), seed=seed)
+        check_grid(cfg, space)
+        return _AskTellGridSampler(space.grid_points(), seed=seed)
     # random, and structured (whose trials are all queued; the sampler only fills gaps).
     return optuna.samplers.RandomSampler(seed=seed)
 
@@ -233,9 +265,9 @@ class StudyHandle:
         GridSampler would offer a running point again (it does once none is left unstarted),
         so the driver waits for one to finish instead."""
         sampler = self._study.sampler
-        if not isinstance(sampler, optuna.samplers.GridSampler):
+        if not isinstance(sampler, _AskTellGridSampler):
             return False
-        points = math.prod(len(v) for v in self.space.grid().values())
+        points = sampler.n_points
         started = {
             t.system_attrs.get("grid_id") for t in self._study.get_trials(deepcopy=False)
             if t.state is not OptunaState.WAITING
@@ -442,8 +474,8 @@ def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
         ConfigError: the storage holds this study from an experiment with another engine or
             another search space.
     """
+    sampler = _make_sampler(cfg, space)  # first: a grid too large is refused, nothing written
     storage = _make_storage(cfg.storage_url)
-    sampler = _make_sampler(cfg, space)
     study = optuna.create_study(
         study_name=cfg.study.name,
         storage=storage,
@@ -550,6 +582,23 @@ def check_resumable(cfg: ExperimentConfig, space: SearchSpace) -> None:
         return
     _check_same_experiment(cfg, space, stored.user_attrs)
     _check_stored_choices(cfg, space, stored.get_trials(deepcopy=False))
+
+
+def check_grid(cfg: ExperimentConfig, space: SearchSpace) -> None:
+    """Refuse ``study.sampler: grid`` on a space too large to walk (before anything starts).
+
+    Raises:
+        ConfigError: one line naming ``study.sampler`` and the grid's size.
+    """
+    if cfg.study.sampler is not Sampler.grid:
+        return
+    points = space.size()
+    if points > GRID_MAX_POINTS:
+        raise ConfigError(
+            f"study.sampler: grid would try {points:,} configurations (at most "
+            f"{GRID_MAX_POINTS:,}); declare fewer choices under search, or use "
+            "study.sampler=structured, tpe or random"
+        )
 
 
 def validate_enqueue(cfg: ExperimentConfig, space: SearchSpace) -> None:

@@ -12,6 +12,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
 from rayspec.search import SearchSpace
 from rayspec.search import validate_enqueue
+from rayspec.search._study import check_grid
 from rayspec.search._study import check_resumable
 from rayspec.tune._node import NodeProbes
 from rayspec.tune._node import check_nccl_values
@@ -98,6 +99,7 @@ def preflight(
         ConfigError: one line per problem (the CLI prefixes the first with ``error: ``).
     """
     space = SearchSpace.from_config(cfg.search)
+    check_grid(cfg, space)
     validate_enqueue(cfg, space)
     check_resumable(cfg, space)
     if cfg.server.engine is Engine.twin:

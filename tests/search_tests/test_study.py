@@ -110,6 +110,70 @@ def test_grid_sampler_exhausts(tmp_path) -> None:
     assert len(seen) == 2  # off x {unset, LL}
 
 
+def test_grid_sampler_walks_a_tree_space_once_per_configuration(tmp_path) -> None:
+    """Trees name their draft-token parameter by the tree (``...upto3``), topk 1 has none and
+    takes ``spec.overlap``: the grid's points are the space's configurations, each asked once,
+    with the parameters the space's own suggest path uses."""
+    from tests.helpers import twin_doc
+    from tests.helpers import write_experiment
+
+    doc = twin_doc(
+        str(tmp_path),
+        study={"sampler": "grid", "seed": 3},
+        search={"nccl": {"NCCL_PROTO": ["LL"]},
+                "speculative": {"modes": ["off", "EAGLE3", "EAGLE3-adaptive"],
+                                "num_steps": [1, 2, 3], "eagle_topk": [1, 2],
+                                "num_draft_tokens": [2, 4, 8], "overlap": ["on", "off"]}},
+    )  # fmt: skip
+    cfg = load_config(write_experiment(str(tmp_path), doc))
+    space = SearchSpace.from_config(cfg.search)
+    handle = open_study(cfg, space)
+    drawn: list[Candidate] = []
+    names: set[str] = set()
+    while not handle.exhausted():
+        assert not handle.grid_waits()
+        trial = handle.ask()
+        if not trial.role:  # not the queued baseline
+            drawn.append(trial.candidate)
+            names.update(trial.params)
+            assert trial.params == space.params_of(trial.candidate)
+        handle.tell(trial, _result(trial.number, trial.candidate, 1.0))
+    # off 1, adaptive x overlap 2, topk 1: 3 steps x overlap 6, trees 1 + 2 + 3; x {unset, LL}
+    assert len(drawn) == len(set(drawn)) == space.size() == 30
+    assert all(c.spec is None or c.spec.fits_tree for c in drawn)
+    assert {"spec.num_draft_tokens.upto3", "spec.num_draft_tokens.upto7",
+            "spec.num_draft_tokens", "spec.overlap"} <= names  # fmt: skip
+
+
+def test_a_grid_without_conditional_parameters_is_optunas_own(tmp_path) -> None:
+    """Same points, same shuffled grid ids as Optuna's product grid (a study begun with it
+    resumes); this also pins the GridSampler internals the point grid sets."""
+    import optuna
+
+    from rayspec.search._study import _AskTellGridSampler
+
+    cfg = _cfg(tmp_path, "search.speculative.modes=[off]")
+    space = SearchSpace.from_config(cfg.search)
+    ours = _AskTellGridSampler(space.grid_points(), seed=5)
+    theirs = optuna.samplers.GridSampler(space.grid(), seed=5)
+    assert ours._all_grids == theirs._all_grids
+    assert ours._search_space == theirs._search_space
+    assert ours._param_names == theirs._param_names
+    assert ours.n_points == theirs._n_min_trials == space.size() == 729
+
+
+def test_a_grid_too_large_to_walk_is_refused(tmp_path) -> None:
+    import pytest
+
+    from rayspec import ConfigError
+
+    sizes = ",".join(str(2**i) for i in range(10, 30))
+    cfg = _cfg(tmp_path, "study.sampler=grid", f"search.nccl.NCCL_BUFFSIZE=[{sizes}]")
+    with pytest.raises(ConfigError, match=r"^study\.sampler: grid would try [\d,]+ config"):
+        open_study(cfg, SearchSpace.from_config(cfg.search))
+    assert not (tmp_path / cfg.study.name).exists()
+
+
 def test_an_impossible_tree_queued_on_purpose_is_kept(tmp_path) -> None:
     from tests.helpers import twin_doc
     from tests.helpers import write_experiment

@@ -121,6 +121,30 @@ def test_optunas_samplers_never_run_a_configuration_that_runs_in_another_slot(
         assert outcome.stopped == "every configuration of the grid was tried"
 
 
+def test_the_grid_walks_a_space_of_trees_to_its_end(tmp_path) -> None:
+    """Trees take a draft-token parameter named by the tree, topk 1 none: four slots of the grid
+    launch each of the twelve configurations once, then the study stops as exhausted."""
+    from rayspec.search import SearchSpace
+    from tests.helpers import twin_doc
+    from tests.helpers import write_experiment
+
+    doc = twin_doc(
+        str(tmp_path),
+        study={"sampler": "grid", "max_restarts": 30, "n_trials": 60},
+        search={"nccl": {"NCCL_PROTO": ["unset", "LL"]},
+                "speculative": {"modes": ["off", "EAGLE3"], "num_steps": [1, 2],
+                                "eagle_topk": [1, 2], "num_draft_tokens": [2, 4]}},
+        bench={"warmup": 0, "repeats": 1, "max_repeats": 1, "max_tokens": 20},
+    )  # fmt: skip
+    cfg = load_config(write_experiment(str(tmp_path), doc))
+    trials = _Watched()
+    outcome = run_study(cfg, trial_fn=trials, slots=4, printer=lambda _line: None)
+    assert outcome.stopped == "every configuration of the grid was tried"
+    assert trials.twice == [] and trials.peak > 1
+    # off 1, topk 1: 2, trees (1, 2) x topk 2: 1 + 2; x {unset, LL}: each launched once
+    assert outcome.restarts == trials.launched == SearchSpace.from_config(cfg.search).size() == 12
+
+
 def test_held_draws_of_a_trial_that_found_no_room_are_queued_again_with_their_rows(
     tmp_path,
 ) -> None:
