@@ -7,6 +7,17 @@
 # extra_hosts (lines for every /etc/hosts), host_env (name -> VAR=value words), sshd (1 or 0),
 # init_extra (commands each host's init runs first, e.g. mounts), log (the transcript).
 
+# One line naming what is missing, before anything is set up.
+require_tools() {
+    local missing=()
+    [ "$(id -u)" = 0 ] || missing+=("root")
+    for t in "$@"; do command -v "$t" >/dev/null || missing+=("$t"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "error: this rehearsal needs ${missing[*]} (Debian: apt-get install iproute2 iptables openssh-server rsync curl)" >&2
+        exit 2
+    fi
+}
+
 say() { printf '\n=== %s\n' "$*" | tee -a "$log"; }
 
 teardown() {
