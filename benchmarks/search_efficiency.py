@@ -20,7 +20,8 @@ speculation barely pays (``kimi-k2.5-tp8-pcie-weak-drafter``).
 Usage::
 
     python benchmarks/search_efficiency.py [--seeds 20] [--budget 40] [--jobs 2]
-        [--strategies structured,tpe,random] [--cases field/quick,field/full,...] [--confirm]
+        [--strategies structured,tpe,random] [--cases field/quick,field/full,...] [--slots 1]
+        [--confirm]
 
 Columns: ``to 1 %``: restarts until the pick is first within 1 % of the optimum (median / p90;
 ``never``: seeds that never get there within the budget); ``pick@N``: the median pick's true
@@ -29,6 +30,14 @@ is within 1 %; ``< floor``: seeds whose pick was ever truly worse than the best 
 configuration (the hand-tuned field setting); ``runs``, ``bench s``: mean measured runs and
 benchmark seconds per restart (simulated seconds; a restart itself costs minutes on a real
 node); ``used``: median restarts spent (a search that has its answer stops early).
+
+``--slots N`` runs each study with N trials at once, as the driver does on a Ray cluster
+(:class:`rayspec.testing.SlottedTrials`: simulated trials held about 0.2 s for the server start
+plus 0.2 s per 180 simulated benchmark seconds, so slots overlap and longer benchmarks end
+later; which trials overlap depends on timing, so runs are not exactly repeatable). Restarts
+still count server launches of all slots; the pick after N restarts is the report over the
+trials up to the N-th launch. With N > 1 the table adds ``rounds``: restarts to within 1 % / N
+(median / p90), a wall-clock proxy.
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ from rayspec.search import SearchSpace  # noqa: E402
 from rayspec.server import server_env  # noqa: E402
 from rayspec.store import ParquetTrialStore  # noqa: E402
 from rayspec.testing import SimulatedTrials  # noqa: E402
+from rayspec.testing import SlottedTrials  # noqa: E402
 from rayspec.tune import run_study  # noqa: E402
 from rayspec.tune._report import build_report  # noqa: E402
 from rayspec.tune._report import candidate_reader  # noqa: E402
@@ -149,9 +159,10 @@ class StudyRun:
     runs_per_restart: float
     bench_s_per_restart: float
     wall_s: float
+    peak: int = 1  # most trials that ran at once
 
 
-def one_study(case: str, strategy: str, seed: int, budget: int) -> StudyRun:
+def one_study(case: str, strategy: str, seed: int, budget: int, slots: int = 1) -> StudyRun:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rayspec-search-") as out:
         cfg = load_config(
@@ -165,7 +176,14 @@ def one_study(case: str, strategy: str, seed: int, budget: int) -> StudyRun:
                 f"study.name=s{seed}",
             ],
         )
-        run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
+        peak = 1
+        if slots == 1:
+            run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
+        else:
+            # A trial of the field protocol is a server start (minutes) plus its benchmark.
+            trials = SlottedTrials(hold_s=0.2, per_bench_s=0.2 / 180)
+            run_study(cfg, trial_fn=trials, slots=slots, printer=lambda _line: None)
+            peak = trials.peak
         space = SearchSpace.from_config(cfg.search)
         records = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(space))
         equivalent = load_equivalence(cfg.out_dir)
@@ -189,11 +207,11 @@ def one_study(case: str, strategy: str, seed: int, budget: int) -> StudyRun:
     return StudyRun(
         case, strategy, seed, tuple(picks), floor, len(launches),
         statistics.mean(runs) if runs else 0.0, statistics.mean(bench) if bench else 0.0,
-        time.monotonic() - t0,
+        time.monotonic() - t0, peak,
     )  # fmt: skip
 
 
-def _task(args: tuple[str, str, int, int]) -> StudyRun | str:
+def _task(args: tuple[str, str, int, int, int]) -> StudyRun | str:
     try:
         return one_study(*args)
     except Exception as exc:  # noqa: BLE001 - reported with the table, not lost
@@ -207,7 +225,9 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def summarize(case: str, strategy: str, studies: list[StudyRun], budget: int) -> dict[str, Any]:
+def summarize(
+    case: str, strategy: str, studies: list[StudyRun], budget: int, slots: int = 1
+) -> dict[str, Any]:
     opt = optimum(case)
     first = []
     for s in studies:
@@ -234,6 +254,8 @@ def summarize(case: str, strategy: str, studies: list[StudyRun], budget: int) ->
         "used": statistics.median(s.used for s in studies),
         "seeds": len(studies),
         "optimum": opt,
+        "slots": slots,
+        "peak": max(s.peak for s in studies),
     }
 
 
@@ -241,9 +263,11 @@ def _n(value: float) -> str:
     return "—" if math.isinf(value) else f"{value:g}"
 
 
-def print_table(summaries: list[dict[str, Any]], budget: int) -> None:
+def print_table(summaries: list[dict[str, Any]], budget: int, slots: int = 1) -> None:
     head = (
-        "| case | strategy | to 1 %: median / p90 | never | "
+        "| case | strategy | to 1 %: median / p90 | "
+        + ("rounds: median / p90 | " if slots > 1 else "")
+        + "never | "
         + " | ".join(f"pick@{n}" for n in PICKS_AT if n <= budget)
         + " | final | < floor | runs | bench s | used |"
     )
@@ -251,12 +275,16 @@ def print_table(summaries: list[dict[str, Any]], budget: int) -> None:
     print("|" + "---|" * (head.count("|") - 1))
     for s in summaries:
         picks = " | ".join(f"{100 * s['at'][n]:.1f} %" for n in PICKS_AT if n <= budget)
+        rounds = f"{_n(s['median'] / slots)} / {_n(s['p90'] / slots)} | " if slots > 1 else ""
         print(
-            f"| {s['case']} | {s['strategy']} | {_n(s['median'])} / {_n(s['p90'])} | "
+            f"| {s['case']} | {s['strategy']} | {_n(s['median'])} / {_n(s['p90'])} | {rounds}"
             f"{s['never']}/{s['seeds']} | {picks} | {s['final']}/{s['seeds']} | "
             f"{s['below_floor']} | {s['runs']:.1f} | {s['bench_s']:.0f} | {s['used']:g} |"
         )
     print()
+    if slots > 1:
+        peak = max(s["peak"] for s in summaries)
+        print(f"{slots} slots (most trials at once: {peak}); rounds = restarts / {slots}")
     for case in dict.fromkeys(s["case"] for s in summaries):
         print(f"optimum {case}: {optimum(case):.2f} tok/s (true, noise-free)")
 
@@ -324,6 +352,7 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--strategies", default="structured,tpe,random")
     p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--slots", type=int, default=1, help="trials at once (simulated slots)")
     p.add_argument(
         "--confirm", action="store_true", help="also run one study through the HTTP twin"
     )
@@ -336,11 +365,16 @@ def main() -> int:
         print(f"error: unknown case {unknown[0]!r}; choose from {', '.join(CASES)}",
               file=sys.stderr)  # fmt: skip
         return 2
-    tasks = [(c, st, seed, args.budget) for c in cases for st in strategies
+    if args.slots < 1:
+        print("error: --slots must be at least 1", file=sys.stderr)
+        return 2
+    tasks = [(c, st, seed, args.budget, args.slots) for c in cases for st in strategies
              for seed in range(args.seeds)]  # fmt: skip
     t0 = time.monotonic()
     print(f"{len(tasks)} studies ({len(cases)} cases x {len(strategies)} strategies x "
-          f"{args.seeds} seeds, {args.budget} restarts each) on {args.jobs} processes ...",
+          f"{args.seeds} seeds, {args.budget} restarts each"
+          + (f", {args.slots} slots" if args.slots > 1 else "")
+          + f") on {args.jobs} processes ...",
           flush=True)  # fmt: skip
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         runs = pool.map(_task, tasks, chunksize=1)
@@ -349,10 +383,10 @@ def main() -> int:
     for r in runs:
         if not isinstance(r, str):
             grouped.setdefault((r.case, r.strategy), []).append(r)
-    summaries = [summarize(c, st, grouped[(c, st)], args.budget) for c in cases
+    summaries = [summarize(c, st, grouped[(c, st)], args.budget, args.slots) for c in cases
                  for st in strategies if grouped.get((c, st))]  # fmt: skip
     print(f"done in {time.monotonic() - t0:.0f} s\n")
-    print_table(summaries, args.budget)
+    print_table(summaries, args.budget, args.slots)
     for error in errors:
         print(f"ERROR {error}")
     if args.confirm:

@@ -10,7 +10,13 @@ from typing import Any
 from rayspec.testing._field import FIELD_TUNED_NCCL
 from rayspec.testing._field import eagle3_flags
 
-__all__ = ["FIELD_TUNED_NCCL", "SimulatedTrials", "TrialStoreTestCase", "eagle3_flags"]
+__all__ = [
+    "FIELD_TUNED_NCCL",
+    "SimulatedTrials",
+    "SlottedTrials",
+    "TrialStoreTestCase",
+    "eagle3_flags",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,6 +24,10 @@ def __getattr__(name: str) -> Any:
         from rayspec.testing._simtrial import SimulatedTrials
 
         return SimulatedTrials
+    if name == "SlottedTrials":
+        from rayspec.testing._slots import SlottedTrials
+
+        return SlottedTrials
     if name == "TrialStoreTestCase":
         from rayspec.testing._store import TrialStoreTestCase
 

@@ -3,7 +3,6 @@ the restart budget counts launches of every slot (simulated trials, no Ray)."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -12,37 +11,9 @@ import pytest
 from rayspec._config import load_config
 from rayspec._types import Candidate
 from rayspec._types import TrialResult
-from rayspec.search import canonical_key
-from rayspec.testing import SimulatedTrials
+from rayspec.testing import SlottedTrials
 from rayspec.tune import run_study
 from tests.helpers import TWIN_EXPERIMENT
-
-
-class _Watched:
-    """SimulatedTrials that hold each trial a moment (so slots overlap) and note what runs."""
-
-    def __init__(self) -> None:
-        self._sim = SimulatedTrials()
-        self._lock = threading.Lock()
-        self.running: dict[int, str] = {}
-        self.twice: list[tuple[int, str]] = []
-        self.peak = 0
-        self.launched = 0
-
-    def __call__(self, cfg: Any, number: int, candidate: Candidate, **kw: Any) -> TrialResult:
-        key = canonical_key(candidate)
-        with self._lock:
-            if key in self.running.values():
-                self.twice.append((number, key))
-            self.running[number] = key
-            self.peak = max(self.peak, len(self.running))
-            self.launched += 1
-        try:
-            time.sleep(0.3)  # long enough that every slot fills, even on a busy machine
-            return self._sim(cfg, number, candidate, **kw)
-        finally:
-            with self._lock:
-                del self.running[number]
 
 
 def test_four_slots_never_run_one_configuration_twice_and_share_one_budget(tmp_path) -> None:
@@ -50,7 +21,7 @@ def test_four_slots_never_run_one_configuration_twice_and_share_one_budget(tmp_p
         f"output.dir={tmp_path}", "study.max_restarts=20", "bench.repeats=3",
         "bench.max_tokens=100",
     ])  # fmt: skip
-    trials = _Watched()
+    trials = SlottedTrials()
     outcome = run_study(cfg, trial_fn=trials, slots=4, printer=lambda _line: None)
     assert trials.peak == 4  # the slots were used at once
     assert trials.twice == []
@@ -66,7 +37,7 @@ def test_the_slot_count_may_change_while_the_study_runs(tmp_path) -> None:
         f"output.dir={tmp_path}", "study.max_restarts=12", "bench.repeats=3",
         "bench.max_tokens=100",
     ])  # fmt: skip
-    trials = _Watched()
+    trials = SlottedTrials()
     asked = {"n": 0}
 
     def slots() -> int:
@@ -107,7 +78,7 @@ def test_optunas_samplers_never_run_a_configuration_that_runs_in_another_slot(
     from rayspec.tune._report import candidate_reader
 
     cfg = _small_space(tmp_path, sampler)
-    trials = _Watched()
+    trials = SlottedTrials()
     outcome = run_study(cfg, trial_fn=trials, slots=4, printer=lambda _line: None)
     assert trials.peak > 1 and trials.twice == []
     handle = open_study(cfg, SearchSpace.from_config(cfg.search))
@@ -137,7 +108,7 @@ def test_the_grid_walks_a_space_of_trees_to_its_end(tmp_path) -> None:
         bench={"warmup": 0, "repeats": 1, "max_repeats": 1, "max_tokens": 20},
     )  # fmt: skip
     cfg = load_config(write_experiment(str(tmp_path), doc))
-    trials = _Watched()
+    trials = SlottedTrials()
     outcome = run_study(cfg, trial_fn=trials, slots=4, printer=lambda _line: None)
     assert outcome.stopped == "every configuration of the grid was tried"
     assert trials.twice == [] and trials.peak > 1
