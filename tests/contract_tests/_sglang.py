@@ -55,7 +55,7 @@ DRAFT_CONFIG: dict[str, Any] = {
 def sglang_env_dir(version: str = PINNED) -> Path:
     """Where ``.ci/sglang-env`` puts the env (the same rule: never under ``$HOME``)."""
     cache = os.environ.get("RAYSPEC_CACHE") or DEFAULT_CACHE
-    return Path(cache) / f"sglang-{version}-cpu"
+    return Path(cache) / f"sglang-{version}-cpu-serve"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Fixtures of the SGLang contract tests: the cached SGLang env, fake models, the probe.
 
 Every test in this folder needs the CPU-only SGLang env that ``.ci/sglang-env`` builds (once
-per machine) at ``${RAYSPEC_CACHE:-/var/tmp/rayspec-cache}/sglang-<version>-cpu/``. Without
+per machine) at ``${RAYSPEC_CACHE:-/var/tmp/rayspec-cache}/sglang-<version>-cpu-serve/``. Without
 it, every test here skips and says how to build it.
 """
 

@@ -24,8 +24,9 @@ from rayspec.screen import TwinNcclScreen
 from rayspec.screen import _allreduce
 from rayspec.screen._torch import NO_MULTICAST_ENV
 from rayspec.screen._torch import _result_line
+from tests.contract_tests._sglang import sglang_env_dir
 
-CPU_PYTHON = "/var/tmp/rayspec-cache/sglang-0.5.23-cpu/bin/python"
+CPU_PYTHON = str(sglang_env_dir() / "bin" / "python")
 needs_torch = pytest.mark.skipif(
     not os.access(CPU_PYTHON, os.X_OK),
     reason=f"no CPU interpreter with torch at {CPU_PYTHON} (build it with .ci/sglang-env)",
