@@ -66,6 +66,7 @@ from rayspec.tune._decide import cannot_beat
 from rayspec.tune._decide import comparison_metrics
 from rayspec.tune._held import HeldTrials
 from rayspec.tune._metrics import StudyMetrics
+from rayspec.tune._metrics import record_exporter
 from rayspec.tune._progress import PickView
 from rayspec.tune._progress import PlainProgress
 from rayspec.tune._report import StudyReport
@@ -432,6 +433,7 @@ def run_study(
     show.set_pick(*_pick_line(records, roles, cfg, equivalent))  # a resume's best, from the start
     ledger = _load_ledger(cfg, records, roles)
     study_metrics = StudyMetrics(cfg.study.name, cfg.study.max_restarts, records)  # Ray's metrics
+    record_exporter(cfg.out_dir, cfg.study.name)  # for python -m rayspec.metrics
     scenario = objective_scenario(cfg)
     live: dict[int, TrialHandle] = {}  # trial number -> trial, for intermediate values
     evidence_at_start: dict[int, Evidence] = {}

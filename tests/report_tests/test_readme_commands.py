@@ -34,7 +34,7 @@ def _reading_commands() -> list[str]:
     UI are covered by the front-door tests or cannot run here)."""
     keep = []
     for line in _readme_lines():
-        if "optuna-dashboard" in line or "rayspec.tune" in line or "/tmp/ray/" in line:
+        if "optuna-dashboard" in line or "rayspec.tune" in line or "rayspec.metrics" in line:
             continue
         if "runs/eagle3-twin" in line or line.startswith(".venv/bin/pip install -q pandas"):
             keep.append(line)
@@ -82,3 +82,43 @@ def test_each_command_works_as_printed(command: str, quickstart_folder: str, stu
         assert "candidate:" in done.stdout and "failure_reason: wrong_output" in done.stdout
     if "optuna studies" in command:
         assert "eagle3-twin" in done.stdout and "twin_profile" in done.stdout
+
+
+_SESSION = "session_2026-12-01_10-00-00_000000_1"
+_EXPORTED = f"""# TYPE ray_rayspec_best_tok_s gauge
+ray_rayspec_best_tok_s{{SessionName="{_SESSION}",WorkerId="ab",study="eagle3-twin"}} 97.5
+ray_rayspec_best_tok_s{{SessionName="{_SESSION}",WorkerId="cd",study="another-study"}} 12.0
+ray_rayspec_best_tok_s{{SessionName="session_before",WorkerId="ef",study="eagle3-twin"}} 55.0
+# TYPE ray_rayspec_restarts gauge
+ray_rayspec_restarts{{SessionName="{_SESSION}",study="eagle3-twin"}} 4.0
+"""
+
+
+def test_the_metrics_command_prints_this_study_or_one_line(quickstart_folder: str) -> None:
+    """The README's live-metrics line, as printed: this study's samples of this session only;
+    once the study has stopped, one line and exit 1, no traceback."""
+    from rayspec.metrics import write_exporter_file
+    from tests.helpers import prometheus_exporter
+
+    (command,) = [line for line in _readme_lines() if "rayspec.metrics" in line]
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    out_dir = os.path.join(quickstart_folder, "runs", "eagle3-twin")
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", command], cwd=quickstart_folder, env=env, capture_output=True,
+            text=True, timeout=60,
+        )  # fmt: skip
+
+    with prometheus_exporter(_EXPORTED) as address:
+        write_exporter_file(out_dir, "eagle3-twin", address, _SESSION)
+        live = run()
+    assert live.returncode == 0, (command, live.stderr)
+    assert live.stdout.splitlines() == [
+        'ray_rayspec_best_tok_s{study="eagle3-twin"} 97.5',
+        'ray_rayspec_restarts{study="eagle3-twin"} 4',
+    ]
+    gone = run()
+    assert gone.returncode == 1 and gone.stdout == "" and "Traceback" not in gone.stderr
+    assert len(gone.stderr.strip().splitlines()) == 1
+    assert f"its Ray exporter {address} does not answer" in gone.stderr
