@@ -174,7 +174,9 @@ def _run(cfg: ExperimentConfig) -> int:
     idle = idle_reason(cfg)  # decided before Ray starts: a finished study costs no cluster
     if idle:
         _say(f"nothing left to run: {idle}; {_more_hint(cfg, idle)}")
-        outcome = run_study(cfg, printer=_say)
+        # The report too: its launch command and best.sh (written below) are both built from
+        # this experiment, so a changed server.port reaches both.
+        outcome = run_study(cfg, printer=_say, write_report=True)
     else:
         cluster = connect(cfg)
         # ray.init installs its own SIGTERM handler (it aborts the process): ours goes on top,

@@ -414,6 +414,8 @@ def run_study(
             equivalent=load_equivalence(cfg.out_dir)
             if cfg.study.sampler is Sampler.structured else None,
         )  # fmt: skip
+        if write_report:  # from this experiment, as best.sh is (a changed port reaches both)
+            _write_report(cfg, printer)
         return StudyOutcome(
             final, 0, done_before, time.monotonic() - t0, restarts=budget.restarts, stopped=idle
         )
