@@ -161,6 +161,7 @@ def _run(cfg: ExperimentConfig) -> int:
     from rayspec.tune._driver import idle_reason
     from rayspec.tune._driver import run_study
     from rayspec.tune._progress import make_progress
+    from rayspec.tune._report import TWIN_SCRIPT
     from rayspec.tune._report import deploy_config
     from rayspec.tune._report import deploy_warnings
     from rayspec.tune._report import format_table
@@ -241,6 +242,9 @@ def _run(cfg: ExperimentConfig) -> int:
         for note in deploy_warnings(report.best):
             print(f"  warning: {note}")
         print(f"  launch it:  {paths[1]}")
+        if cfg.server.engine is Engine.twin:
+            twin_sh = os.path.join(os.path.dirname(paths[1]), TWIN_SCRIPT)
+            print(f"  on the twin: {twin_sh} (here, without GPUs)")
         print(f"  details:    {paths[0]}")
     print(f"  trials:     {os.path.join(cfg.out_dir, 'trials')}/ (Parquet, one file per trial)")
     dashboard = installed_command("optuna-dashboard")
