@@ -36,6 +36,7 @@ import httpx
 from rayspec._exceptions import BenchError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StreamStalled
+from rayspec._plural import plural
 from rayspec._types import RequestRecord
 
 _META_KEY = '"meta_info":'
@@ -349,7 +350,8 @@ class StreamClient:
                         end = time.perf_counter()
                     if not done and not state["finished"]:
                         raise BenchError(
-                            f"stream ended after {tl.tokens} tokens without a final chunk "
+                            f"stream ended after {plural(tl.tokens, 'token')} without a final "
+                            "chunk "
                             "(server closed the response early)",
                             reason=FailureReason.CRASH_MID_BENCHMARK,
                         )
@@ -380,17 +382,17 @@ class StreamClient:
         now = time.perf_counter()
         if isinstance(exc, httpx.ReadTimeout):
             err: BenchError = StreamStalled(
-                f"no chunk for {self.read_timeout_s:g} s after {tl.tokens} tokens "
+                f"no chunk for {self.read_timeout_s:g} s after {plural(tl.tokens, 'token')} "
                 f"(POST {path} stalled)"
             )
         elif isinstance(exc, TimeoutError):
             err = StreamStalled(
                 f"request passed its {self.request_timeout_s:g} s deadline after "
-                f"{tl.tokens} tokens"
+                f"{plural(tl.tokens, 'token')}"
             )
         else:
             err = BenchError(
-                f"connection to {self.base_url} lost after {tl.tokens} tokens "
+                f"connection to {self.base_url} lost after {plural(tl.tokens, 'token')} "
                 f"({type(exc).__name__}: {exc or 'no detail'}); the server may have crashed",
                 reason=FailureReason.CRASH_MID_BENCHMARK,
             )

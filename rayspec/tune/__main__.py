@@ -223,7 +223,8 @@ def _run(cfg: ExperimentConfig) -> int:
     if tiers is not None:
         tiers_path, tiers_line, found = tiers
         per_load = ", ".join(
-            f"{bs} -> {entry['candidate_steps'][0]} steps" for bs, entry in found.tiers.items()
+            f"{bs} -> {plural(entry['candidate_steps'][0], 'step')}"
+            for bs, entry in found.tiers.items()
         )
         print(f"adaptive tiers (concurrency {per_load}): {tiers_path}")
         print(f"  one server for every load:  {tiers_line}")

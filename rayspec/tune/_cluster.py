@@ -133,8 +133,8 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
                 f"cluster.node_resource: no alive node declares {cl.node_resource!r}"
             )
         raise ConfigError(
-            f"server.tp_size: a trial needs {tp} GPUs on one node and no "
-            f"{'usable ' if cl.node_resource else ''}node has them ({gpus:g} GPUs in all)"
+            f"server.tp_size: a trial needs {plural(tp, 'GPU')} on one node and no "
+            f"{'usable ' if cl.node_resource else ''}node has them ({plural(gpus, 'GPU')} in all)"
         )
     wanted = cl.max_concurrent_trials or capacity
     return ClusterHandle(

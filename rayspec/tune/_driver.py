@@ -291,7 +291,7 @@ class _Budget:
         if self.restarts + in_flight >= self.max_restarts:
             return f"restart budget spent ({self.max_restarts} server launches)"
         if self.n_trials is not None and self.told + in_flight + held >= self.n_trials:
-            return f"study.n_trials reached ({self.n_trials} trials)"
+            return f"study.n_trials reached ({plural(self.n_trials, 'trial')})"
         if self.max_wall_s is not None and time.monotonic() - self.t0 >= self.max_wall_s:
             return f"study.max_wall_s reached ({self.max_wall_s:g} s)"
         return ""
@@ -404,7 +404,7 @@ def run_study(
     if done_before:
         printer(
             f"resuming study {cfg.study.name}: {plural(done_before, 'trial')} done, "
-            f"{budget.restarts} of {budget.max_restarts} restarts used"
+            f"{budget.restarts} of {plural(budget.max_restarts, 'restart')} used"
         )
     idle = budget.why_not(0)
     if idle:
@@ -820,7 +820,8 @@ def _instant_result(
             candidate,
             FailureReason.INFEASIBLE,
             f"num_draft_tokens {spec.num_draft_tokens} - 1 exceeds the draft tree's "
-            f"{spec.tree_capacity} nodes (topk {spec.eagle_topk}, {spec.num_steps} steps): "
+            f"{spec.tree_capacity} nodes (topk {spec.eagle_topk}, "
+            f"{plural(spec.num_steps, 'step')}): "
             "SGLang would fail at the first decode, so it was not launched",
         ), None
     if trial.retry_of is not None:

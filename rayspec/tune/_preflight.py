@@ -10,6 +10,7 @@ import tempfile
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
+from rayspec._plural import plural
 from rayspec.search import SearchSpace
 from rayspec.search import validate_enqueue
 from rayspec.search._study import check_grid
@@ -112,7 +113,8 @@ def preflight(
         gpus = profile.hardware.n_ranks
         if cfg.server.tp_size > gpus:  # the twin, like SGLang, would fail to start every trial
             raise ConfigError(
-                f"server.tp_size: {cfg.server.tp_size} is more than the {gpus} GPUs of the "
+                f"server.tp_size: {cfg.server.tp_size} is more than the {plural(gpus, 'GPU')} "
+                "of the "
                 f"twin's node (profile {cfg.server.twin.profile}); use server.tp_size={gpus} or "
                 "a profile with more ranks"
             )

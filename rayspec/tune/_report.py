@@ -25,6 +25,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StoreError
+from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec._types import TrialState
@@ -382,8 +383,8 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
     lines = [
         "#!/usr/bin/env bash",
         f"# rayspec study {cfg.study.name}, trial {row.trial}: {row.label}",
-        f"# {row.tok_s_mean:.1f} tok/s ({row.starts} server starts x "
-        f"{row.runs // max(1, row.starts)} runs pooled), {row.tok_s_peak:.1f} peak, "
+        f"# {row.tok_s_mean:.1f} tok/s ({plural(row.starts, 'server start')} x "
+        f"{plural(row.runs // max(1, row.starts), 'run')} pooled), {row.tok_s_peak:.1f} peak, "
         f"{vs} vs baseline" + (f" ({baseline.tok_s_mean:.1f} tok/s)" if baseline else ""),
     ]
     if cfg.server.engine is Engine.twin:
