@@ -82,7 +82,8 @@ MANAGED_FLAGS = (
     "--cuda-graph-max-bs",
     "--cuda-graph-max-bs-decode",
 )
-# Parsed by SGLang and never read (sglang-contract §3.4): searching it measures noise.
+# Parsed by SGLang and never read (docs/sglang.md, *Flags rayspec keeps out*): searching it
+# measures noise.
 DEAD_FLAGS = ("--num-continuous-decode-steps",)
 
 # Per-trial metrics a study can maximise (output tok/s of the objective scenario).

@@ -147,9 +147,10 @@ class StreamClient:
     Each stream slot ("lane") is its own ``httpx.AsyncClient`` holding one connection, and a
     request takes a free lane before it starts (its TTFT clock starts once it has one). One
     shared pool of ``max_streams`` connections would be the plain httpx set-up
-    (``Limits(max_connections >= streams)``, stack-notes §8), but httpcore 1.0's pool
-    re-scans every queued request against every connection (with a ``getpeername`` and a
-    ``poll`` per idle connection) on each request start and close: at 64 streams that cost
+    (``Limits(max_connections >= streams)``: the default pool of 100 queues the rest), but
+    httpcore 1.0's pool re-scans every queued request against every connection (with a
+    ``getpeername`` and a ``poll`` per idle connection) on each request start and close: at 64
+    streams that cost
     seconds of client CPU per run and delayed request sends by up to ~2 s (measured with
     ``benchmarks/client_fidelity.py``). Lanes make a request start O(1).
 

@@ -1,4 +1,4 @@
-"""Parquet trial store: one small file per trial, written atomically (stack-notes §6).
+"""Parquet trial store: one small file per trial, written atomically.
 
 Layout under the study folder ``<out>``::
 

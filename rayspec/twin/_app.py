@@ -1,4 +1,4 @@
-"""SGLang's HTTP API for the twin (``sglang-contract.md`` §5), on aiohttp.
+"""SGLang's HTTP API for the twin (``docs/sglang.md``, *HTTP API*), on aiohttp.
 
 Shapes follow SGLang 0.5.23: ``/generate`` with cumulative SSE chunks and ``meta_info``; the
 OpenAI ``/v1/completions`` and ``/v1/chat/completions`` streams with an optional usage chunk;

@@ -1,4 +1,4 @@
-"""SGLang-format log lines for the twin (``sglang-contract.md`` §6).
+"""SGLang-format log lines for the twin (``docs/sglang.md``, *Log lines*).
 
 SGLang writes ``[%Y-%m-%d %H:%M:%S{ prefix}] text`` to stdout, where the prefix of scheduler lines
 is `` TP0`` (0.5.23: only when tp_size > 1; older versions always). The HTTP-server process (ready
