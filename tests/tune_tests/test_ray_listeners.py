@@ -197,3 +197,76 @@ def test_private_cluster_listens_on_loopback_only(tmp_path) -> None:
     outside = [f"{x.host}:{x.port} ({x.cmd[:100]})" for x in found if not x.on_loopback()]
     assert not outside, f"{len(outside)} of {len(found)} beyond loopback:\n" + "\n".join(outside)
     assert not answering, f"answer on {outward}: {answering}"
+
+
+class _Stop(Exception):
+    pass
+
+
+def _seen_by_init(monkeypatch, overrides: list[str], tmp_path) -> dict[str, object]:
+    """What ray.init would see (auth mode, the single-node switch): a stand-in records it and
+    stops connect() there."""
+    import ray
+    import ray._private.ray_constants as ray_constants
+
+    from rayspec._config import load_config
+    from rayspec.tune._cluster import connect
+
+    seen: dict[str, object] = {}
+
+    def fake_init(*args: object, **kwargs: object) -> None:
+        seen.update(
+            auth=os.environ.get("RAY_AUTH_MODE"),
+            single_node=not ray_constants.ENABLE_RAY_CLUSTER,
+            switch=os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"),
+            kwargs=kwargs,
+        )
+        raise _Stop
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}", *overrides])
+    with pytest.raises(_Stop):
+        connect(cfg)
+    assert ray_constants.ENABLE_RAY_CLUSTER == before  # restored for a later join
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ
+    return seen
+
+
+def test_the_private_cluster_starts_single_node_with_auth_off(monkeypatch, tmp_path) -> None:
+    seen = _seen_by_init(monkeypatch, [], tmp_path)
+    assert seen["single_node"] is True and seen["switch"] == "0"
+    assert seen["auth"] == "disabled"
+
+
+def test_a_dashboard_beyond_loopback_keeps_rays_token_auth(monkeypatch, tmp_path) -> None:
+    seen = _seen_by_init(monkeypatch, ["cluster.dashboard_host=0.0.0.0"], tmp_path)
+    assert seen["single_node"] is True  # the rest still on loopback
+    assert seen["auth"] is None  # Ray's own default: a token
+
+
+def test_joining_a_cluster_keeps_its_binding_and_auth(monkeypatch, tmp_path) -> None:
+    seen = _seen_by_init(monkeypatch, ["cluster.address=10.0.0.1:6379"], tmp_path)
+    assert seen["single_node"] is False and seen["switch"] is None
+    assert seen["auth"] is None
+
+
+def test_a_node_ip_beyond_loopback_with_auth_off_is_refused(monkeypatch, tmp_path) -> None:
+    """Should a Ray release ignore the single-node switch, the cluster is shut down at once
+    rather than left listening beyond loopback with auth off."""
+    import ray
+
+    from rayspec._config import load_config
+    from rayspec.tune._cluster import connect
+
+    calls: list[str] = []
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: calls.append("init"))
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "192.0.2.2")
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
+    with pytest.raises(RuntimeError, match="node IP 192.0.2.2, not 127.0.0.1"):
+        connect(cfg)
+    assert calls == ["init", "shutdown"]
