@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
+from rayspec._exceptions import RayspecError
 from rayspec._plural import plural
 from rayspec.tune._loopback import LOOPBACK
 from rayspec.tune._loopback import is_loopback
@@ -119,7 +120,7 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
         node_ip = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
         if chose_no_auth and node_ip != LOOPBACK:
             ray.shutdown()
-            raise RuntimeError(
+            raise RayspecError(
                 f"the private Ray cluster took node IP {node_ip}, not {LOOPBACK}, so it would "
                 "listen beyond loopback with auth off; set RAY_AUTH_MODE=token and run again"
             )

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from rayspec import RayspecError
 from rayspec.testing._twin import free_port
 from tests.helpers import REPO
 from tests.helpers import TWIN_EXPERIMENT
@@ -267,6 +268,6 @@ def test_a_node_ip_beyond_loopback_with_auth_off_is_refused(monkeypatch, tmp_pat
     monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "192.0.2.2")
     monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
     cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
-    with pytest.raises(RuntimeError, match="node IP 192.0.2.2, not 127.0.0.1"):
+    with pytest.raises(RayspecError, match="node IP 192.0.2.2, not 127.0.0.1"):
         connect(cfg)
     assert calls == ["init", "shutdown"]
