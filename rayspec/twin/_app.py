@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -136,7 +137,8 @@ def plan_end(ids: list[int], eos_at: int, max_new_tokens: int, stops: Stops) -> 
     """How many tokens a request generates, and how it ends.
 
     Args:
-        ids: the completion's token ids, ``max_new_tokens`` of them.
+        ids: the completion's token ids: ``max_new_tokens`` of them, or up to the
+            end-of-sequence token where the request can end there.
         eos_at: the position (1-based) of the model's end-of-sequence token.
         max_new_tokens: the budget.
         stops: the request's stop conditions (none is checked before ``min_new_tokens``).
@@ -164,6 +166,12 @@ def plan_end(ids: list[int], eos_at: int, max_new_tokens: int, stops: Stops) -> 
     if eos:  # the EOS token itself is generated (and counted), and has no text
         return eos_at, _End({"type": "stop", "matched": EOS_TOKEN_ID})
     return max_new_tokens, _End({"type": "length", "length": max_new_tokens})
+
+
+def _max_new_tokens(params: Mapping[str, Any], unlimited: Callable[[], int]) -> int:
+    """``sampling_params.max_new_tokens``: 128 when absent, ``unlimited()`` when null."""
+    value = params.get("max_new_tokens", 128)
+    return unlimited() if value is None else int(value)
 
 
 def _sse(obj: Any) -> bytes:
@@ -405,6 +413,7 @@ class TwinServer:
             "created": int(self.startup_time),
             "owned_by": "sglang",
             "root": model,
+            "parent": None,  # set only for a LoRA adapter's card (its base model)
             "max_model_len": self.args.get("context_length"),
         }
 
@@ -422,7 +431,8 @@ class TwinServer:
         return web.json_response(self._card(model))
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        """``POST /tokenize`` and ``/v1/tokenize``: ``{"prompt": str | [str]}`` to
+        """``POST /tokenize`` and ``/v1/tokenize``: ``{"prompt": str | [str]}`` or
+        ``{"messages": [...]}`` (the chat prompt, as ``/v1/chat/completions`` counts it) to
         ``{"tokens", "count", "max_model_len"}``, in twin tokens (one per word, as
         ``/generate`` counts a prompt)."""
         body, refused = await self._json_body(request)
@@ -430,6 +440,12 @@ class TwinServer:
             return refused
         prompt = body.get("prompt")
         max_len = int(self.args.get("context_length") or -1)
+        if body.get("messages") is not None:  # SGLang takes messages before prompt
+            chat = chat_prompt(body["messages"])
+            if isinstance(chat, str):
+                return _error(400, chat)
+            ids = encode(chat[1])
+            return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": max_len})
         if isinstance(prompt, str):
             ids = encode(prompt)
             return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": max_len})
@@ -440,20 +456,25 @@ class TwinServer:
         return _error(400, f"Invalid prompt type: {type(prompt)}. Expected str or List[str].")
 
     async def detokenize(self, request: web.Request) -> web.Response:
-        """``POST /detokenize`` and ``/v1/detokenize``: ``{"tokens": [int] | [[int]]}`` to
-        ``{"text"}``."""
+        """``POST /detokenize`` and ``/v1/detokenize``: ``{"tokens": [int] | [[int]],
+        "skip_special_tokens": bool}`` to ``{"text"}`` (the end-of-sequence token has text only
+        with ``skip_special_tokens`` false)."""
         body, refused = await self._json_body(request)
         if refused is not None:
             return refused
         tokens = body.get("tokens")
+        skip = body.get("skip_special_tokens", True)
+        if not isinstance(skip, bool):
+            return _error(400, "Invalid input: 'skip_special_tokens' must be a boolean.")
         if isinstance(tokens, list) and not tokens:
             return web.json_response({"text": ""})
         if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens):
-            return web.json_response({"text": detokenize(tokens)})
+            return web.json_response({"text": detokenize(tokens, skip_special_tokens=skip)})
         if isinstance(tokens, list) and all(
             isinstance(ts, list) and all(isinstance(t, int) for t in ts) for ts in tokens
         ):
-            return web.json_response({"text": [detokenize(ts) for ts in tokens]})
+            texts = [detokenize(ts, skip_special_tokens=skip) for ts in tokens]
+            return web.json_response({"text": texts})
         return _error(400, "Invalid input: 'tokens' must be a list of integers or of lists of "
                       "integers.")  # fmt: skip
 
@@ -509,11 +530,16 @@ class TwinServer:
         if self.on_request_start is not None:
             self.on_request_start()
         budget = max(0, max_new_tokens)
-        ids = completion_ids(self.seed, prompt_key, budget)
+        stops = stops or Stops()
+        eos_at = eos_position(self.seed, prompt_key)
+        # The tokens past end-of-sequence are never generated: a budget without limit (up to
+        # the context length) costs no more than the answer.
+        ends_at_eos = not stops.ignore_eos and stops.min_new_tokens < eos_at
+        needed = min(budget, eos_at) if ends_at_eos else budget
+        ids = completion_ids(self.seed, prompt_key, needed)
         if self.corrupt_outputs:
             ids = corrupt_ids(ids, prompt_key)
-        eos_at = eos_position(self.seed, prompt_key)
-        n, end = plan_end(ids, eos_at, budget, stops or Stops())
+        n, end = plan_end(ids, eos_at, budget, stops)
         ended_by_eos = end.finish["type"] == "stop" and end.finish["matched"] == EOS_TOKEN_ID
         ids = ids[: n - 1] + [EOS_TOKEN_ID] if ended_by_eos else ids[:n]
         req = self.engine.submit(
@@ -655,7 +681,7 @@ class TwinServer:
             self.submit(
                 key,
                 n,
-                int(one.get("max_new_tokens", 128)),
+                _max_new_tokens(one, functools.partial(self._unlimited_budget, n)),
                 rid=(r if len(keys) == 1 else None) or None,
                 stops=stop,
             )
@@ -718,19 +744,48 @@ class TwinServer:
     # ------------------------------------------------------------------ OpenAI
 
     def _usage(self, req: GenRequest) -> dict[str, Any]:
+        """SGLang's ``UsageInfo``, every field (``prompt_tokens_details`` is set with
+        ``--enable-cache-report``; ``completion_tokens_details`` only when there are reasoning
+        tokens, never here)."""
         usage: dict[str, Any] = {
             "prompt_tokens": req.prompt_tokens,
             "total_tokens": req.prompt_tokens + req.output_tokens,
             "completion_tokens": req.output_tokens,
             "prompt_tokens_details": None,
             "reasoning_tokens": 0,
+            "completion_tokens_details": None,
         }
         if self.args.get("enable_cache_report"):
             usage["prompt_tokens_details"] = {"cached_tokens": 0}
         return usage
 
-    def _sglext(self, req: GenRequest) -> dict[str, Any]:
-        return {"spec_tokens_details": req.meta_spec(self.engine.spec, self.version)}
+    def _sglext(self, req: GenRequest) -> dict[str, Any] | None:
+        """The response-level ``sglext`` of ``return_spec_tokens_details``: SGLang's
+        ``SpecTokensDetails`` (every field, the DSpark ones zero); None without speculation."""
+        meta = req.meta_spec(self.engine.spec, self.version)
+        if not meta:
+            return None
+        details = {
+            "spec_accept_rate": float(meta.get("spec_accept_rate") or 0.0),
+            "spec_accept_length": float(meta.get("spec_accept_length") or 0.0),
+            "spec_cap_length": 0.0,
+            "spec_block_accept_length": 0.0,
+            "spec_num_correct_drafts": int(meta.get("spec_num_correct_drafts") or 0),
+            "spec_num_proposed_drafts": int(meta.get("spec_num_proposed_drafts") or 0),
+            "spec_verify_ct": int(meta.get("spec_verify_ct") or 0),
+            "spec_correct_drafts_histogram": list(meta.get("spec_correct_drafts_histogram") or []),
+            "spec_cap_lens_histogram": [],
+        }
+        return {"spec_tokens_details": details}
+
+    def _unlimited_budget(self, prompt_tokens: int) -> int:
+        """The budget of a request that names none (OpenAI chat without ``max_tokens`` or
+        ``max_completion_tokens``, ``max_new_tokens: null``): SGLang's scheduler lets it run to
+        the context length, so in practice it ends at end-of-sequence."""
+        context = int(self.args.get("context_length") or 0)
+        return max(
+            0, min(context - prompt_tokens - 1, self.engine.max_total_tokens - prompt_tokens)
+        )
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._openai(request, chat=False)
@@ -742,21 +797,15 @@ class TwinServer:
         body, refused = await self._json_body(request)
         if refused is not None:
             return refused
+        max_tokens: int | None
         if chat:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                return _error(400, "messages must be a non-empty list")
-            parts = []
-            for m in messages:
-                content = m.get("content") if isinstance(m, dict) else None
-                if isinstance(content, list):
-                    content = " ".join(
-                        str(c.get("text", "")) for c in content if isinstance(c, dict)
-                    )
-                parts.append(str(content or ""))
-            prompt_key = json.dumps(parts)
-            prompt_tokens = count_prompt_tokens(" ".join(parts))
-            max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 128
+            parsed = chat_prompt(body.get("messages"))
+            if isinstance(parsed, str):
+                return _error(400, parsed)
+            prompt_key, prompt_text = parsed
+            prompt_tokens = count_prompt_tokens(prompt_text)
+            # No max-token field: no limit (SGLang passes max_new_tokens None), not 128.
+            max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
             obj_kind = "chat.completion"
         else:
             prompt = body.get("prompt")
@@ -776,7 +825,8 @@ class TwinServer:
             stops = Stops.from_params(body)
         except (TypeError, ValueError) as exc:
             return _error(400, f"invalid stop condition: {exc}")
-        req = self.submit(prompt_key, prompt_tokens, int(max_tokens), stops=stops)
+        budget = self._unlimited_budget(prompt_tokens) if max_tokens is None else int(max_tokens)
+        req = self.submit(prompt_key, prompt_tokens, budget, stops=stops)
         rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
         model = str(body.get("model") or self.model_name)
@@ -789,69 +839,39 @@ class TwinServer:
             except (asyncio.CancelledError, ConnectionError):
                 self.engine.abort(req)
                 raise
-            text = self.text_of(req, final=True)
-            finish = self._finish(req)
-            choice: dict[str, Any] = {
-                "index": 0,
-                "logprobs": None,
-                "finish_reason": finish["type"],
-                "matched_stop": finish.get("matched"),
-            }
-            if chat:
-                choice["message"] = {
-                    "role": "assistant",
-                    "content": text,
-                    "reasoning_content": None,
-                    "tool_calls": None,
-                }
-            else:
-                choice["text"] = text
-            out: dict[str, Any] = {
-                "id": rid,
-                "object": obj_kind,
-                "created": created,
-                "model": model,
-                "choices": [choice],
-                "usage": self._usage(req),
-            }
-            if spec_details:
-                out["sglext"] = self._sglext(req)
-            return web.json_response(out)
+            return web.json_response(
+                self._openai_response(req, rid, obj_kind, created, model, spec_details, chat)
+            )
         options = body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage")) or bool(
             self.args.get("stream_response_default_include_usage")
         )
         continuous = bool(options.get("continuous_usage_stats"))
-        chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+        head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": created, "model": model}  # fmt: skip
         resp = web.StreamResponse(headers=_SSE_HEADERS)
         await resp.prepare(request)
 
-        def chunk(delta: str | None, finish: dict[str, Any] | None,
-                  role: bool = False) -> dict[str, Any]:  # fmt: skip
-            c: dict[str, Any] = {
-                "index": 0, "logprobs": None, "finish_reason": finish["type"] if finish else None,
-                "matched_stop": finish.get("matched") if finish else None,
-            }  # fmt: skip
-            if chat:
-                d: dict[str, Any] = {}
-                if role:
-                    d["role"] = "assistant"
-                if delta is not None:
-                    d["content"] = delta
-                c["delta"] = d
-            else:
-                c["text"] = delta or ""
-            o: dict[str, Any] = {
-                "id": rid,
-                "object": chunk_kind,
-                "created": created,
-                "model": model,
-                "choices": [c],
-                "usage": None,
-            }
-            if continuous:
+        def chat_chunk(delta: dict[str, Any], finish: dict[str, Any] | None = None,
+                       usage: bool = False) -> dict[str, Any]:  # fmt: skip
+            # SGLang's msgspec StreamChunk: delta always has reasoning_content (null when
+            # there is none), role and content only when set; usage only when asked for.
+            c = {"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
+                 "finish_reason": finish["type"] if finish else None,
+                 "matched_stop": finish.get("matched") if finish else None}  # fmt: skip
+            o: dict[str, Any] = {**head, "choices": [c]}
+            if usage:
                 o["usage"] = self._usage(req)
             return o
+
+        def completion_chunk(text: str, finish: dict[str, Any] | None) -> dict[str, Any]:
+            # SGLang's pydantic CompletionStreamResponse, dumped whole (nulls included).
+            c = {"index": 0, "text": text, "logprobs": None,
+                 "finish_reason": finish["type"] if finish else None,
+                 "matched_stop": finish.get("matched") if finish else None,
+                 "hidden_states": None, "token_ids": None, "prompt_token_ids": None}  # fmt: skip
+            usage = self._usage(req) if continuous else None
+            return {**head, "choices": [c], "usage": usage, "sglext": None}
 
         try:
             sent = 0  # characters of text sent
@@ -860,7 +880,7 @@ class TwinServer:
                 if req.output_tokens == seen and not req.finished:
                     continue
                 if chat and seen == 0:  # the role goes out with the first token, as SGLang's
-                    await resp.write(_sse(chunk("", None, role=True)))
+                    await resp.write(_sse(chat_chunk({"role": "assistant", "content": ""})))
                 seen = req.output_tokens
                 text = self.text_of(req, final=req.finished)
                 delta = text[sent:]
@@ -868,32 +888,23 @@ class TwinServer:
                 ending = self._finish(req) if req.finished else None
                 if chat:  # content, then the finish in a chunk of its own (SGLang's chat)
                     if delta:
-                        await resp.write(_sse(chunk(delta, None)))
+                        await resp.write(_sse(chat_chunk({"content": delta}, usage=continuous)))
                     if ending is not None:
-                        final = chunk(None, ending)
-                        if spec_details:
-                            final["sglext"] = self._sglext(req)
-                        await resp.write(_sse(final))
+                        await resp.write(_sse(chat_chunk({}, ending)))
                     continue
                 # Completions: the finish_reason rides on the last content chunk.
                 if delta or ending is not None:
-                    out_chunk = chunk(delta, ending)
-                    if ending is not None and spec_details:
-                        out_chunk["sglext"] = self._sglext(req)
-                    await resp.write(_sse(out_chunk))
+                    await resp.write(_sse(completion_chunk(delta, ending)))
+            sglext = self._sglext(req) if spec_details else None
+            if sglext is not None:  # response-level: a chunk of its own, with no choices
+                await resp.write(_sse({**head, "choices": [], "usage": None, "sglext": sglext}))
             if include_usage:
-                await resp.write(
-                    _sse(
-                        {
-                            "id": rid,
-                            "object": chunk_kind,
-                            "created": created,
-                            "model": model,
-                            "choices": [],
-                            "usage": self._usage(req),
-                        }
-                    )
-                )
+                usage = self._usage(req)
+                if chat:
+                    await resp.write(_sse({**head, "choices": [], "usage": usage, "sglext": None}))
+                else:  # SGLang dumps this one with exclude_none
+                    usage = {k: v for k, v in usage.items() if v is not None}
+                    await resp.write(_sse({**head, "choices": [], "usage": usage}))
             await resp.write(b"data: [DONE]\n\n")
         except EngineDead:
             return await self._die_forever()
@@ -903,3 +914,68 @@ class TwinServer:
             self.engine.abort(req)
             raise
         return resp
+
+    def _openai_response(
+        self,
+        req: GenRequest,
+        rid: str,
+        obj_kind: str,
+        created: int,
+        model: str,
+        spec_details: bool,
+        chat: bool,
+    ) -> dict[str, Any]:
+        """A non-streaming OpenAI response, as SGLang's pydantic models dump it (nulls kept)."""
+        text = self.text_of(req, final=True)
+        finish = self._finish(req)
+        choice: dict[str, Any] = {"index": 0}
+        if chat:
+            choice["message"] = {
+                "role": "assistant",
+                "content": text,
+                "reasoning_content": None,
+                "tool_calls": None,
+            }
+        else:
+            choice["text"] = text
+        choice.update(
+            {
+                "logprobs": None,
+                "finish_reason": finish["type"],
+                "matched_stop": finish.get("matched"),
+                "hidden_states": None,
+            }
+        )
+        if chat:
+            choice.update(
+                {"prompt_token_ids": None, "response_token_ids": None, "meta_info": None}
+            )
+        else:
+            choice.update({"token_ids": None, "prompt_token_ids": None})
+        return {
+            "id": rid,
+            "object": obj_kind,
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "usage": self._usage(req),
+            "metadata": None,
+            "sglext": self._sglext(req) if spec_details else None,
+        }
+
+
+def chat_prompt(messages: Any) -> tuple[str, str] | str:
+    """The twin's prompt of OpenAI chat ``messages``: (its key, its text), or the error text.
+
+    The twin has no chat template: the prompt is the messages' contents (text parts joined),
+    as both ``/v1/chat/completions`` and ``/tokenize`` with ``messages`` count it.
+    """
+    if not isinstance(messages, list) or not messages:
+        return "messages must be a non-empty list"
+    parts = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+        parts.append(str(content or ""))
+    return json.dumps(parts), " ".join(parts)
