@@ -87,6 +87,8 @@ FLUSH_BUSY = (
     "Cache not flushed.\nPlease check backend logs for more details. (When there are running "
     "or waiting requests, the operation will not be performed.)\n"
 )
+# The twin's own resolved values, not SGLang server arguments: left out of /server_info.
+_TWIN_ARGS = frozenset({"twin_version", "cuda_graph_decode_enabled"})
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -230,6 +232,7 @@ class TwinServer:
         self.launch_command = launch_command
         self.state = ServerState.LOADING
         self.startup_time = time.time()
+        self.ready_time = self.startup_time  # set when the server is ready
         self.model_name = str(self.args.get("served_model_name") or self.args["model_path"])
         self.health_timeout_s = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
         self.on_request_start: Callable[[], None] | None = None
@@ -334,14 +337,27 @@ class TwinServer:
             }
         )
 
+    def _startup_phases(self) -> dict[str, Any]:
+        """SGLang's ``startup_time``: seconds per startup phase (the twin's whole start is
+        counted as the scheduler's)."""
+        graphs = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+                  "draft_extend")  # fmt: skip
+        return {
+            "load_weight": 0.0,
+            "kv_cache_allocation": 0.0,
+            "scheduler_e2e": max(0.0, self.ready_time - self.startup_time),
+            "cuda_graph": dict.fromkeys(graphs, 0.0),
+        }
+
     def server_info_dict(self) -> dict[str, Any]:
         """The ``/server_info`` body (also used by the metrics and tests)."""
-        args = dict(self.args)
+        args = {k: v for k, v in self.args.items() if k not in _TWIN_ARGS}
         internal: dict[str, Any] = dict(args)
+        phases = self._startup_phases()
         internal.update(
             {
                 "world_size": args["tp_size"],
-                "startup_time": self.startup_time,
+                "startup_time": phases,
                 "effective_max_running_requests_per_dp": self.engine.cap,
                 "last_gen_throughput": self.engine.stats.last_gen_throughput,
                 "memory_usage": {
@@ -349,7 +365,8 @@ class TwinServer:
                     "kvcache": 0.0,
                     "startup_available": 0.0,
                     "token_capacity": self.engine.max_total_tokens,
-                    "graph": {},
+                    "token_capacity_swa": None,
+                    "graph": dict(phases["cuda_graph"]),
                 },
             }
         )
@@ -365,7 +382,7 @@ class TwinServer:
                 "launch_command": self.launch_command,
                 "version": self.version_text,
                 "frontend": "python",
-                "startup_time": self.startup_time,
+                "startup_time": {**phases, "tokenizer_e2e": phases["scheduler_e2e"]},
                 "kv_events": None,
                 "internal_states": [internal],
                 "rayspec_twin": self.twin_info,
@@ -494,16 +511,28 @@ class TwinServer:
             "is_cuda_graph": 1.0 if eng.graph_enabled else 0.0,
             "spec_accept_length": eng.stats.last_accept_length,
             "spec_accept_rate": eng.stats.last_accept_rate,
+            # no prefix cache, no retraction, no DSpark in the twin: SGLang's series, at zero
+            "context_len": float(self.args.get("context_length") or 0),
+            "page_size": float(self.args.get("page_size") or 1),
+            "kv_used_tokens": eng.used_tokens,
+            "kv_available_tokens": eng.max_total_tokens - eng.used_tokens,
+            "num_retracted_reqs": 0.0,
+            "num_paused_reqs": 0.0,
+            "startup_time_seconds": max(0.0, self.ready_time - self.startup_time),
         }
         counters: dict[str, float] = {
             "prompt_tokens_total": eng.stats.prompt_tokens,
             "generation_tokens_total": eng.stats.generated_tokens,
             "num_requests_total": eng.stats.requests,
+            "cached_tokens_total": 0.0,
         }
         if self.version >= (0, 5, 18):
             gauges["spec_num_steps"] = spec.num_steps if spec else 0
             gauges["spec_num_draft_tokens"] = spec.num_draft_tokens if spec else 0
-            counters["spec_verify_calls_total"] = eng.stats.verify_calls
+            gauges["spec_cap_length"] = 0.0
+            gauges["spec_block_accept_length"] = 0.0
+            if spec is not None:  # SGLang registers the verify counter with speculation only
+                counters["spec_verify_calls_total"] = eng.stats.verify_calls
         text = self.metrics.render(gauges, counters)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
@@ -572,21 +601,61 @@ class TwinServer:
             text = text[: end.trim_at]
         return text
 
-    def meta_info(self, req: GenRequest, final: bool) -> dict[str, Any]:
+    def meta_info(
+        self, req: GenRequest, final: bool, *, first: bool = False, stream: bool = False
+    ) -> dict[str, Any]:
+        """A ``/generate`` answer's ``meta_info`` (``first``: the first chunk of a stream).
+
+        SGLang 0.5.23's fields: the scheduler's timings with ``--enable-metrics``, the time
+        the answer was first sent (a stream's first chunk; the final one with metrics or
+        without streaming), and on the final chunk the end-to-end latency, the weight
+        versions and the speculative fields.
+        """
+        metrics = self.metrics is not None
+        unix = time.time() - time.monotonic()  # engine times are monotonic
+        first_token = req.first_token_s if req.first_token_s is not None else req.arrival_s
         meta: dict[str, Any] = {
             "id": req.rid,
             "finish_reason": self._finish(req) if final else None,
             "prompt_tokens": req.prompt_tokens,
             "weight_version": "default",
-            "completion_tokens": req.output_tokens,
-            "cached_tokens": 0,
-            "reasoning_tokens": 0,
             "num_retractions": 0,
         }
+        if metrics:
+            meta.update(
+                {
+                    "storage_prefetch_wait": 0.0,
+                    "storage_staging_wait": 0.0,
+                    "forward_entry_time": unix + req.arrival_s,
+                    "prefill_finished_time": unix + first_token,
+                    "queue_time": 0.0,
+                }
+            )
+        meta.update(
+            {"reasoning_tokens": 0, "completion_tokens": req.output_tokens, "cached_tokens": 0}
+        )
+        if final:
+            meta["weight_versions"] = _weight_versions(req.output_tokens)
+        meta["cached_tokens_details"] = {"device": 0, "host": 0}
+        meta["dp_rank"] = None
+        if first or (final and (metrics or not stream)):
+            meta["response_sent_to_client_ts"] = unix + first_token
         if final:
             end = req.finished_s if req.finished_s is not None else time.monotonic()
             meta["e2e_latency"] = end - req.arrival_s
             meta.update(req.meta_spec(self.engine.spec, self.version))
+            if metrics:
+                decode_s = end - first_token
+                meta.update(
+                    {
+                        "request_received_ts": unix + req.arrival_s,
+                        "first_token_latency": first_token - req.arrival_s,
+                        "api_server_dispatch_finish_ts": unix + req.arrival_s,
+                        "request_finished_ts": unix + end,
+                    }
+                )
+                if req.output_tokens > 1 and decode_s > 0:
+                    meta["decode_throughput"] = (req.output_tokens - 1) / decode_s
         return meta
 
     async def _run_to_end(self, req: GenRequest) -> None:
@@ -707,7 +776,9 @@ class TwinServer:
                 emitted[i] += 1
                 if not req.finished and emitted[i] % interval:
                     continue
-                obj = self._generate_obj(req, final=req.finished, since=sent[i])
+                obj = self._generate_obj(
+                    req, final=req.finished, since=sent[i], first=not sent[i], stream=True
+                )
                 sent[i] = req.output_tokens
                 if is_batch:
                     obj["index"] = i
@@ -722,18 +793,18 @@ class TwinServer:
             raise
         return resp
 
-    def _generate_obj(self, req: GenRequest, final: bool, since: int = 0) -> dict[str, Any]:
+    def _generate_obj(
+        self, req: GenRequest, final: bool, since: int = 0, first: bool = False,
+        stream: bool = False,
+    ) -> dict[str, Any]:  # fmt: skip
         ids = req.output_so_far
+        meta = self.meta_info(req, final, first=first, stream=stream)
         if self.args.get("incremental_streaming_output"):
-            return {
-                "text": delta_text(ids, since),
-                "output_ids": ids[since:],
-                "meta_info": self.meta_info(req, final),
-            }
+            return {"text": delta_text(ids, since), "output_ids": ids[since:], "meta_info": meta}
         return {
             "text": self.text_of(req, final),
             "output_ids": ids,
-            "meta_info": self.meta_info(req, final),
+            "meta_info": meta,
         }
 
     async def _die_forever(self) -> web.Response:
@@ -865,13 +936,13 @@ class TwinServer:
             return o
 
         def completion_chunk(text: str, finish: dict[str, Any] | None) -> dict[str, Any]:
-            # SGLang's pydantic CompletionStreamResponse, dumped whole (nulls included).
+            # SGLang 0.5.23's completion chunk: usage always there (null unless continuous),
+            # the unset optional fields (hidden_states, token_ids, sglext) left out.
             c = {"index": 0, "text": text, "logprobs": None,
                  "finish_reason": finish["type"] if finish else None,
-                 "matched_stop": finish.get("matched") if finish else None,
-                 "hidden_states": None, "token_ids": None, "prompt_token_ids": None}  # fmt: skip
+                 "matched_stop": finish.get("matched") if finish else None}  # fmt: skip
             usage = self._usage(req) if continuous else None
-            return {**head, "choices": [c], "usage": usage, "sglext": None}
+            return {**head, "choices": [c], "usage": usage}
 
         try:
             sent = 0  # characters of text sent
@@ -900,11 +971,9 @@ class TwinServer:
                 await resp.write(_sse({**head, "choices": [], "usage": None, "sglext": sglext}))
             if include_usage:
                 usage = self._usage(req)
-                if chat:
-                    await resp.write(_sse({**head, "choices": [], "usage": usage, "sglext": None}))
-                else:  # SGLang dumps this one with exclude_none
+                if not chat:  # SGLang dumps this one with exclude_none
                     usage = {k: v for k, v in usage.items() if v is not None}
-                    await resp.write(_sse({**head, "choices": [], "usage": usage}))
+                await resp.write(_sse({**head, "choices": [], "usage": usage}))
             await resp.write(b"data: [DONE]\n\n")
         except EngineDead:
             return await self._die_forever()
@@ -925,17 +994,13 @@ class TwinServer:
         spec_details: bool,
         chat: bool,
     ) -> dict[str, Any]:
-        """A non-streaming OpenAI response, as SGLang's pydantic models dump it (nulls kept)."""
+        """A non-streaming OpenAI response, as SGLang 0.5.23 sends it (unset optional fields
+        such as hidden_states and tool_calls left out; the weight versions in ``metadata``)."""
         text = self.text_of(req, final=True)
         finish = self._finish(req)
         choice: dict[str, Any] = {"index": 0}
         if chat:
-            choice["message"] = {
-                "role": "assistant",
-                "content": text,
-                "reasoning_content": None,
-                "tool_calls": None,
-            }
+            choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None}
         else:
             choice["text"] = text
         choice.update(
@@ -943,25 +1008,29 @@ class TwinServer:
                 "logprobs": None,
                 "finish_reason": finish["type"],
                 "matched_stop": finish.get("matched"),
-                "hidden_states": None,
             }
         )
-        if chat:
-            choice.update(
-                {"prompt_token_ids": None, "response_token_ids": None, "meta_info": None}
-            )
-        else:
-            choice.update({"token_ids": None, "prompt_token_ids": None})
-        return {
+        out: dict[str, Any] = {
             "id": rid,
             "object": obj_kind,
             "created": created,
             "model": model,
             "choices": [choice],
             "usage": self._usage(req),
-            "metadata": None,
-            "sglext": self._sglext(req) if spec_details else None,
+            "metadata": {
+                "weight_version": "default",
+                "weight_versions": _weight_versions(req.output_tokens),
+            },
         }
+        sglext = self._sglext(req) if spec_details else None
+        if sglext is not None:
+            out["sglext"] = sglext
+        return out
+
+
+def _weight_versions(tokens: int) -> list[dict[str, Any]]:
+    """SGLang's weight-version spans of an output (one version, never updated here)."""
+    return [{"version": "default", "start": 0, "end": tokens}]
 
 
 def chat_prompt(messages: Any) -> tuple[str, str] | str:

@@ -428,6 +428,7 @@ class _Startup:
             log.access("127.0.0.1:0", "POST", "/generate", 200, "OK")
         await self._at(1.0)
         server.state = ServerState.READY
+        server.ready_time = time.time()
         log.server("The server is fired up and ready to roll!")
         if faults.crash_after is not None:
             engine.set_token_limit(faults.crash_after, self._crash_after)

@@ -2,7 +2,8 @@
 (SGLang's bench_serving, AIPerf, the openai client), each checked against SGLang's source:
 the ``sglext`` chunk of its own, ``/tokenize`` with ``messages``, ``/detokenize`` with
 ``skip_special_tokens: false``, ``reasoning_content`` in chat deltas, chat without a max-token
-field, the model card's ``parent``, and the speculative ``meta_info`` fields by version."""
+field, the model card's ``parent``, and the speculative ``meta_info`` fields by version; then
+every answer against real SGLang's recorded shapes."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ from rayspec.twin._text import EOS_TEXT
 from rayspec.twin._text import EOS_TOKEN_ID
 from rayspec.twin._text import detokenize
 from rayspec.twin._text import encode
+from tests.sglang_dialect import TWIN_FLAGS
+from tests.sglang_dialect import load_recorded
+from tests.sglang_dialect import log_answers
+from tests.sglang_dialect import probe
+from tests.sglang_dialect import problems
+from tests.sglang_dialect import server_flags
+from tests.sglang_dialect import shapes
 
 from .conftest import SPEC_ARGS
 
@@ -145,3 +153,17 @@ def test_speculative_meta_fields_by_version() -> None:
     assert old["spec_accept_histogram"] == [0, 0, 3] and old["spec_accepted_drafts"] == 6
     assert set(req.meta_spec(spec, (0, 5, 5))) == {
         "spec_verify_ct", "spec_accept_length", "spec_accept_rate"}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["plain", "spec"])
+def test_the_twin_answers_in_real_sglangs_shapes(mode: str, tmp_path: Any) -> None:
+    """Every request rayspec (and the outside clients) send, against real SGLang 0.5.23's
+    recorded shapes: what rayspec reads, the whole stream and response shapes, no invented
+    metric or server-info field (tests/sglang_dialect.py has the rules)."""
+    flags = server_flags("tiny-target", "tiny-draft" if mode == "spec" else None)
+    log = tmp_path / "twin.log"
+    with TwinProcess([*flags, *TWIN_FLAGS], log_path=str(log)) as twin:
+        twin.wait_ready(60)
+        answers = probe(twin.base_url)
+    answers |= log_answers(log)
+    assert problems(load_recorded()[mode], shapes(answers), spec=mode == "spec") == []
