@@ -1,0 +1,98 @@
+"""One real server start, used by several tests: start, send the requests, stop, keep results.
+
+Each start costs 30-60 s here, so a test module runs a server once (a module fixture calling
+``serve_and_collect``) and its tests assert on what was recorded, including what was left of the
+process tree after the stop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from rayspec.server._process import pids_alive
+from tests.real_sglang.conftest import RealServer
+
+PROMPTS = ("The red model", "Verify the draft tree on node 7")
+MAX_NEW_TOKENS = 40
+REQUEST_TIMEOUT_S = 240.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerRun:
+    flags: tuple[str, ...]
+    startup_s: float  # launch to /health_generate 200 (for the report; never asserted)
+    outputs: tuple[dict[str, Any], ...]  # /generate answers, one per prompt
+    server_info: dict[str, Any]
+    metrics_before: str  # /metrics once ready, before the prompts
+    metrics: str  # /metrics after the prompts
+    tree: tuple[int, ...]  # every pid of the server's tree seen while it ran
+    alive_after_stop: tuple[int, ...]
+    site_log: tuple[str, ...]  # lines the scaffolding's sitecustomize wrote, one per process
+    log: str
+
+
+def metric(text: str, name: str) -> float:
+    """The value of the unlabelled-or-first sample of ``name`` in a Prometheus text page."""
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name)] in " {":
+            return float(line.rsplit(" ", 1)[1])
+    raise KeyError(f"no {name} in /metrics")
+
+
+def greedy(
+    client: httpx.Client, base_url: str, prompt: str, max_new_tokens: int
+) -> dict[str, Any]:
+    body = {
+        "text": prompt,
+        "sampling_params": {
+            "temperature": 0,
+            "max_new_tokens": max_new_tokens,
+            "ignore_eos": True,
+        },
+    }
+    response = client.post(f"{base_url}/generate", json=body)
+    response.raise_for_status()
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def serve_and_collect(
+    real_server: RealServer,
+    flags: Sequence[str],
+    workdir: Path,
+    prompts: Sequence[str] = PROMPTS,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    env: Mapping[str, str] | None = None,
+) -> ServerRun:
+    site_log = workdir / "site.log"
+    site_log.write_text("")
+    stopped: list[int] = []
+    started = time.monotonic()
+    with real_server(
+        flags, env={"RAYSPEC_TEST_SITE_LOG": str(site_log), **(env or {})}, stopped=stopped
+    ) as (base_url, log_path):
+        startup_s = time.monotonic() - started
+        with httpx.Client(timeout=REQUEST_TIMEOUT_S) as client:
+            metrics_before = client.get(f"{base_url}/metrics").text
+            outputs = tuple(greedy(client, base_url, p, max_new_tokens) for p in prompts)
+            server_info = client.get(f"{base_url}/get_server_info").json()
+            metrics = client.get(f"{base_url}/metrics").text
+    return ServerRun(
+        flags=tuple(flags),
+        startup_s=startup_s,
+        outputs=outputs,
+        server_info=server_info,
+        metrics_before=metrics_before,
+        metrics=metrics,
+        tree=tuple(stopped),
+        alive_after_stop=tuple(pids_alive(stopped)),
+        site_log=tuple(site_log.read_text().splitlines()),
+        log=log_path.read_text(errors="replace"),
+    )
