@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import httpx
 from rayspec.bench import StreamClient
 from rayspec.bench import parse_metrics
 from rayspec.server import parse_decode_lines
+from rayspec.server._backends import _PROBE_LINE
 from rayspec.server._logparse import parse_startup_summary
 
 RECORDED = Path(__file__).parent / "data" / "sglang-0.5.23-dialect.json"
@@ -91,6 +93,8 @@ READS: dict[str, tuple[str, ...]] = {
     ),  # fmt: skip
     "log.startup": ("max_total_num_tokens", "max_running_requests", "context_len"),
     "log.ready": ("ready_line",),
+    # server/_backends.py _PROBE_LINE (readiness probes left out of a failure's log tail)
+    "log.access": ("probe_line",),
     # what StreamClient.measure makes of it all (the requests table)
     "client.generate": ("prompt_tokens", "completion_tokens", "ttft_ms", "output_ids"),
     "client.completions": ("prompt_tokens", "completion_tokens", "ttft_ms"),
@@ -383,4 +387,17 @@ def log_answers(log_path: Path) -> dict[str, Any]:
         if summary
         else {},
         "log.ready": {"ready_line": True} if READY_LINE in text else {},
+        "log.access": _access_lines(text),
     }
+
+
+def _access_lines(text: str) -> dict[str, bool]:
+    """The access-log lines of the readiness probes: rayspec's filter finds them; SGLang
+    0.5.23 stamps them like its own lines (present keys are the shape)."""
+    lines = [ln for ln in text.splitlines() if '"GET /health_generate HTTP/1.1"' in ln]
+    out = {}
+    if lines and all(_PROBE_LINE.search(ln) for ln in lines):
+        out["probe_line"] = True
+    if lines and all(re.match(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] INFO: ", ln) for ln in lines):
+        out["stamped"] = True
+    return out

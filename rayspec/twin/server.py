@@ -411,10 +411,10 @@ class _Startup:
         server.engine = engine
         engine.start()
         await self._at(0.9)
-        log.raw(f"INFO:     Started server process [{os.getpid()}]")
-        log.raw("INFO:     Waiting for application startup.")
-        log.raw("INFO:     Application startup complete.")
-        log.raw(f"INFO:     Uvicorn running on http://{ns.host}:{ns.port} (Press CTRL+C to quit)")
+        log.uvicorn(f"Started server process [{os.getpid()}]")
+        log.uvicorn("Waiting for application startup.")
+        log.uvicorn("Application startup complete.")
+        log.uvicorn(f"Uvicorn running on http://{ns.host}:{ns.port} (Press CTRL+C to quit)")
         server.state = ServerState.WARMUP
         if faults.never_ready:
             await asyncio.Event().wait()
