@@ -47,7 +47,9 @@ TIMEOUT_S = 240.0
 READY_LINE = "The server is fired up and ready to roll!"
 
 # What rayspec reads, by probe: paths of flatten(); "[]" is any element of a list. Each is
-# read by the code named beside it; a path read only with speculation is in SPEC_READS.
+# read by the code named beside it; a path read only with speculation is in SPEC_READS. Not
+# here: the failure texts classify_failure reads (the real-fault tests start those failures)
+# and the version preflight takes from the server's interpreter, not over HTTP.
 READS: dict[str, tuple[str, ...]] = {
     # bench/_client.py StreamClient._on_chunk (endpoint "generate")
     "generate_stream.chunk": (
