@@ -33,8 +33,10 @@ from rayspec.server._backends import _PROBE_LINE
 from rayspec.server._logparse import parse_startup_summary
 
 RECORDED = Path(__file__).parent / "data" / "sglang-0.5.23-dialect.json"
-# The servers compared: the tiny models (tests/real_sglang), without speculation and with an
-# EAGLE-3 chain; the same flags for the twin, which takes SGLang's (and its own, to skip pacing).
+# The servers compared: the tiny models, without speculation and with an EAGLE-3 chain, as the
+# shared real runs start them (tests/real_sglang: target_flags, eagle_flags(CHAIN), CPU_FLAGS);
+# the twin test without real SGLang starts the twin with these (it takes SGLang's flags, and
+# TWIN_FLAGS of its own to skip pacing).
 EAGLE3 = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
           "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3")  # fmt: skip
 CPU_FLAGS = ("--device", "cpu", "--disable-overlap-schedule", "--max-total-tokens", "4096",
@@ -374,6 +376,11 @@ def probe(base_url: str) -> dict[str, Any]:
         out["server_info"] = c.get("/server_info").json()
         out["metrics"] = {name: "metric" for name in parse_metrics(c.get("/metrics").text)}
     return out
+
+
+def answers(base_url: str, log_path: Path) -> dict[str, Any]:
+    """The probe's answers and the log lines rayspec parses, of one ready server."""
+    return probe(base_url) | log_answers(log_path)
 
 
 def log_answers(log_path: Path) -> dict[str, Any]:

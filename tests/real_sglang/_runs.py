@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ class ServerRun:
     alive_after_stop: tuple[int, ...]
     site_log: tuple[str, ...]  # lines the scaffolding's sitecustomize wrote, one per process
     log: str
+    probed: Any = None  # what serve_and_collect's ``probe`` returned (after the above)
 
 
 def target_flags(models: TinyModels) -> list[str]:
@@ -49,6 +51,30 @@ def target_flags(models: TinyModels) -> list[str]:
         "bfloat16",
         "--attention-backend",
         "intel_amx",
+    ]
+
+
+CHAIN = {"steps": 2, "topk": 1, "draft_tokens": 3}
+
+
+def eagle_flags(target: str, draft: str, shape: dict[str, int]) -> list[str]:
+    return [
+        "--model-path",
+        target,
+        "--dtype",
+        "bfloat16",
+        "--attention-backend",
+        "intel_amx",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        draft,
+        "--speculative-num-steps",
+        str(shape["steps"]),
+        "--speculative-eagle-topk",
+        str(shape["topk"]),
+        "--speculative-num-draft-tokens",
+        str(shape["draft_tokens"]),
     ]
 
 
@@ -97,7 +123,10 @@ def serve_and_collect(
     prompts: Sequence[str] = PROMPTS,
     max_new_tokens: int = MAX_NEW_TOKENS,
     env: Mapping[str, str] | None = None,
+    probe: Callable[[str, Path], Any] | None = None,
 ) -> ServerRun:
+    """Start, send the prompts, read /get_server_info and /metrics, then ``probe(base_url,
+    log_path)`` if given (another test's requests on the same start), stop."""
     site_log = workdir / "site.log"
     site_log.write_text("")
     stopped: list[int] = []
@@ -111,6 +140,7 @@ def serve_and_collect(
             outputs = tuple(greedy(client, base_url, p, max_new_tokens) for p in prompts)
             server_info = client.get(f"{base_url}/get_server_info").json()
             metrics = client.get(f"{base_url}/metrics").text
+        probed = probe(base_url, log_path) if probe is not None else None
     run = ServerRun(
         name=name,
         flags=tuple(flags),
@@ -123,6 +153,7 @@ def serve_and_collect(
         alive_after_stop=tuple(pids_alive(stopped)),
         site_log=tuple(site_log.read_text().splitlines()),
         log=log_path.read_text(errors="replace"),
+        probed=probed,
     )
     RUNS.append(run)
     return run

@@ -20,13 +20,16 @@ from tests.contract_tests._sglang import PINNED
 from tests.contract_tests._sglang import sglang_env_dir
 from tests.real_sglang._models import TinyModels
 from tests.real_sglang._models import tiny_models as _tiny_models
+from tests.real_sglang._runs import CHAIN
 from tests.real_sglang._runs import RUNS
 from tests.real_sglang._runs import ServerRun
+from tests.real_sglang._runs import eagle_flags
 from tests.real_sglang._runs import serve_and_collect
 from tests.real_sglang._runs import summary
 from tests.real_sglang._runs import target_flags
 from tests.real_sglang._server import RealServer
 from tests.real_sglang._server import real_server as _real_server
+from tests.sglang_dialect import answers as dialect_answers
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -85,7 +88,21 @@ def real_server(sglang_python: Path, tmp_path_factory: pytest.TempPathFactory) -
 def plain_run(
     real_server: RealServer, tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
 ) -> ServerRun:
-    """One run of the real server without speculation (the greedy reference of every test)."""
+    """One run of the real server without speculation (the greedy reference of every test);
+    the contract diff's requests follow the prompts (``run.probed``)."""
     return serve_and_collect(
-        "plain", real_server, target_flags(tiny_models), tmp_path_factory.mktemp("plain")
+        "plain", real_server, target_flags(tiny_models), tmp_path_factory.mktemp("plain"),
+        probe=dialect_answers,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def chain_run(
+    real_server: RealServer, tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
+) -> ServerRun:
+    """One run of the real server with an EAGLE-3 chain (steps 2, topk 1, 3 draft tokens);
+    the contract diff's requests follow the prompts (``run.probed``)."""
+    flags = eagle_flags(str(tiny_models.target), str(tiny_models.draft), CHAIN)
+    return serve_and_collect(
+        "chain", real_server, flags, tmp_path_factory.mktemp("chain"), probe=dialect_answers
     )

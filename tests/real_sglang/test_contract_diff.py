@@ -3,7 +3,9 @@ tiny models), without speculation and with an EAGLE-3 chain, compared by shape.
 
 Every endpoint, JSON field (and its type), metric name and log line rayspec reads must be in
 both with the same shape, and the twin's stream and response shapes must be real SGLang's
-(``tests/sglang_dialect.py`` has the probes and the rules). Two real server starts in all.
+(``tests/sglang_dialect.py`` has the probes and the rules). No real start of its own: the
+probe runs on the shared plain and EAGLE-3 chain runs (``plain_run``, ``chain_run``), after
+their own requests.
 
 ``RAYSPEC_RECORD_DIALECT=1`` writes real SGLang's shapes to ``tests/data/`` for the twin test
 that runs without real SGLang (``tests/twin_tests/test_twin_dialect.py``); otherwise this
@@ -21,18 +23,16 @@ from typing import Any
 import pytest
 
 from rayspec.testing._twin import TwinProcess
-from tests.real_sglang._models import TinyModels
-from tests.real_sglang.conftest import RealServer
+from tests.real_sglang._runs import ServerRun
+from tests.real_sglang._server import launch_argv
 from tests.sglang_dialect import TWIN_FLAGS
 from tests.sglang_dialect import Shape
+from tests.sglang_dialect import answers
 from tests.sglang_dialect import diff_counts
 from tests.sglang_dialect import load_recorded
-from tests.sglang_dialect import log_answers
-from tests.sglang_dialect import probe
 from tests.sglang_dialect import problems
 from tests.sglang_dialect import record
 from tests.sglang_dialect import recordable
-from tests.sglang_dialect import server_flags
 from tests.sglang_dialect import shapes
 
 RECORD = os.environ.get("RAYSPEC_RECORD_DIALECT") == "1"
@@ -45,29 +45,22 @@ class Compared:
     twin: dict[str, Shape]
 
 
-def _answers(url: str, log_path: Path) -> dict[str, Any]:
-    answers = probe(url)
-    answers |= log_answers(log_path)
-    return answers
+def _as_launched(flags: tuple[str, ...]) -> list[str]:
+    """The flags the real server was given (launch_argv's, less the interpreter, host, port)."""
+    return launch_argv(Path("python"), flags, 0)[3:-4]
 
 
 @pytest.fixture(scope="module", params=["plain", "spec"])
-def compared(
-    request: pytest.FixtureRequest,
-    real_server: RealServer,
-    tiny_models: TinyModels,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Compared:
+def compared(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Compared:
+    """The probe's answers from the shared real run (its requests follow the run's own) and
+    from a twin started with the same flags."""
     mode = str(request.param)
-    draft = str(tiny_models.draft) if mode == "spec" else None
-    flags = server_flags(str(tiny_models.target), draft)
-    with real_server(flags) as (url, log_path):
-        real = _answers(url, log_path)
+    run: ServerRun = request.getfixturevalue("plain_run" if mode == "plain" else "chain_run")
     twin_log = tmp_path_factory.mktemp(f"twin-{mode}") / "server.log"
-    with TwinProcess([*flags, *TWIN_FLAGS], log_path=str(twin_log)) as twin:
+    with TwinProcess([*_as_launched(run.flags), *TWIN_FLAGS], log_path=str(twin_log)) as twin:
         twin.wait_ready(60)
-        answers = _answers(twin.base_url, twin_log)
-    return Compared(mode, shapes(real), shapes(answers))
+        twin_answers = answers(twin.base_url, twin_log)
+    return Compared(mode, shapes(run.probed), shapes(twin_answers))
 
 
 def test_the_twin_speaks_real_sglangs_dialect(compared: Compared, record_property: Any) -> None:

@@ -13,45 +13,22 @@ import math
 import pytest
 
 from tests.real_sglang._models import TinyModels
+from tests.real_sglang._runs import CHAIN
 from tests.real_sglang._runs import MAX_NEW_TOKENS
 from tests.real_sglang._runs import PROMPTS
 from tests.real_sglang._runs import ServerRun
+from tests.real_sglang._runs import eagle_flags
 from tests.real_sglang._runs import serve_and_collect
 from tests.real_sglang._server import RealServer
 
-CHAIN = {"steps": 2, "topk": 1, "draft_tokens": 3}
 TREE = {"steps": 2, "topk": 2, "draft_tokens": 4}
 AGREE = {"steps": 3, "topk": 1, "draft_tokens": 4}
 AGREE_TOKENS = 64
 
 
-def eagle_flags(target: str, draft: str, shape: dict[str, int]) -> list[str]:
-    return [
-        "--model-path",
-        target,
-        "--dtype",
-        "bfloat16",
-        "--attention-backend",
-        "intel_amx",
-        "--speculative-algorithm",
-        "EAGLE3",
-        "--speculative-draft-model-path",
-        draft,
-        "--speculative-num-steps",
-        str(shape["steps"]),
-        "--speculative-eagle-topk",
-        str(shape["topk"]),
-        "--speculative-num-draft-tokens",
-        str(shape["draft_tokens"]),
-    ]
-
-
 @pytest.fixture(scope="module")
-def chain(
-    real_server: RealServer, tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
-) -> ServerRun:
-    flags = eagle_flags(str(tiny_models.target), str(tiny_models.draft), CHAIN)
-    return serve_and_collect("chain", real_server, flags, tmp_path_factory.mktemp("chain"))
+def chain(chain_run: ServerRun) -> ServerRun:
+    return chain_run  # one start for this module and the contract diff
 
 
 @pytest.fixture(scope="module")
