@@ -5,11 +5,13 @@ Two endpoints are supported:
 - ``generate``: SGLang's native ``POST /generate`` with ``stream: true``. Every SSE chunk
   carries the *cumulative* ``text``/``output_ids`` and ``meta_info.completion_tokens``, so the
   tokens a chunk adds are the increase of ``completion_tokens`` (several at once under
-  speculative decoding). The final chunk carries ``spec_verify_ct`` when speculation is on.
+  speculative decoding). The final chunk carries ``spec_verify_ct`` and
+  ``spec_correct_drafts_histogram`` when speculation is on.
 - ``completions``: ``POST /v1/completions`` with ``stream_options.include_usage`` and
   ``continuous_usage_stats``; chunks carry delta text and (with continuous usage) a cumulative
   ``usage.completion_tokens``. Without usage on a chunk, a chunk with text counts as one
-  token. ``sglext.spec_tokens_details.spec_verify_ct`` is read when the server sends it.
+  token. ``sglext.spec_tokens_details`` (``spec_verify_ct``, ``spec_correct_drafts_histogram``)
+  is read when the server sends it: SGLang sends it in a chunk of its own, with no choices.
 
 Timing follows ``sglang.bench_serving``: TTFT is the time from sending the request to the first
 chunk that carries tokens; each later chunk's gap since the previous token-carrying chunk is
@@ -79,6 +81,14 @@ def _parse_generate_chunk(payload: bytes) -> Any:
     return json.loads(text)
 
 
+def _read_histogram(fields: dict[str, Any], state: dict[str, Any]) -> None:
+    """The request's accept histogram, from ``meta_info`` or ``spec_tokens_details``
+    (``spec_accept_histogram``: its name in SGLang 0.5.12-0.5.20)."""
+    hist = fields.get("spec_correct_drafts_histogram") or fields.get("spec_accept_histogram")
+    if isinstance(hist, list) and hist:
+        state["histogram"] = tuple(int(n) for n in hist)
+
+
 @dataclasses.dataclass
 class _Timeline:
     """Token arrival bookkeeping for one stream (mutable, private to one request)."""
@@ -117,6 +127,7 @@ class StreamResult:
     server_e2e_s: float | None = None  # meta_info.e2e_latency of the final chunk, if sent
     sent_s: float | None = None  # perf_counter when the request body was fully written
     output_ids: tuple[int, ...] | None = None  # the final chunk's token ids (/generate)
+    accept_histogram: tuple[int, ...] | None = None  # verify steps by drafts accepted
 
 
 class _Partial(Exception):
@@ -295,6 +306,7 @@ class StreamClient:
             "finished": False,
             "server_e2e": None,
             "output_ids": None,
+            "histogram": None,
         }
         chunks = 0
         end = t0
@@ -376,6 +388,7 @@ class StreamClient:
             server_e2e_s=state["server_e2e"],
             sent_s=sent[0] if sent else None,
             output_ids=state["output_ids"],
+            accept_histogram=state["histogram"],
         )
 
     def _partial_from(self, exc: Exception, tl: _Timeline, path: str) -> _Partial:
@@ -414,6 +427,7 @@ class StreamClient:
                 state["prompt_tokens"] = meta["prompt_tokens"]
             if meta.get("spec_verify_ct") is not None:
                 state["verify"] = int(meta["spec_verify_ct"])
+            _read_histogram(meta, state)
             if meta.get("e2e_latency") is not None:
                 state["server_e2e"] = float(meta["e2e_latency"])
             finish = meta.get("finish_reason")
@@ -440,6 +454,7 @@ class StreamClient:
             details = (obj.get("sglext") or {}).get("spec_tokens_details") or {}
             if details.get("spec_verify_ct") is not None:
                 state["verify"] = int(details["spec_verify_ct"])
+            _read_histogram(details, state)
         if finish:
             state["finished"] = True
             if isinstance(finish, dict) and finish.get("type") == "abort":
@@ -494,4 +509,5 @@ class StreamClient:
             spec_verify_ct=verify,
             accept_length=res.completion_tokens / verify if verify else None,
             output_ids=res.output_ids,
+            accept_histogram=res.accept_histogram,
         )

@@ -410,6 +410,9 @@ def build_parser(version: tuple[int, int, int] = (0, 5, 23)) -> argparse.Argumen
         help="Add prompt_tokens_details.cached_tokens to OpenAI usage.",
     )
     g.add_argument("--show-time-cost", action="store_true", help="Accepted and reported only.")
+    g.add_argument(
+        "--sleep-on-idle", action="store_true", help="Accepted and reported only (the twin idles)."
+    )
 
     g = parser.add_argument_group("twin-only options")
     g.add_argument(
