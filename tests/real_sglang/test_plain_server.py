@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from rayspec.server._process import pids_alive
+from tests.real_sglang._models import TinyModels
 from tests.real_sglang._runs import MAX_NEW_TOKENS
 from tests.real_sglang._runs import PROMPTS
 from tests.real_sglang._runs import ServerRun
 from tests.real_sglang._runs import metric
+from tests.real_sglang._runs import target_flags
+from tests.real_sglang._server import RealServer
+from tests.real_sglang._server import ServerFailed
 from tests.real_sglang._server import scaffold_env
 
 
@@ -94,3 +99,18 @@ def test_the_amx_override_comes_from_the_environment_alone(
     )
     out = _env_python(sglang_python, code, scaffold_env(fake_amx=fake_amx))
     assert out == f"{fake_amx} False"
+
+
+def test_a_server_that_cannot_start_fails_with_its_log_tail(
+    real_server: RealServer, tiny_models: TinyModels
+) -> None:
+    """The helper's own failure path: SGLang's exit code and last log lines, nothing left."""
+    stopped: list[int] = []
+    flags = [*target_flags(tiny_models), "--no-such-flag"]
+    with pytest.raises(ServerFailed) as failed:
+        with real_server(flags, stopped=stopped):
+            pass  # pragma: no cover - never ready
+    message = str(failed.value)
+    assert "SGLang exited with 2 before it was ready" in message
+    assert "--no-such-flag" in message  # argparse names it in the log tail
+    assert stopped and pids_alive(stopped) == []
