@@ -65,6 +65,12 @@ def test_the_scaffolding_reached_the_spawned_children(plain: ServerRun) -> None:
     assert all(int(line.split()[1]) == server for line in spawned)
 
 
+def test_sglang_registered_only_the_tiny_models_modules(plain: ServerRun) -> None:
+    """RAYSPEC_TEST_MODEL_MODULES: the ~150 other model modules are not even imported."""
+    assert "Ignore import error when loading sglang.srt.models." not in plain.log
+    assert "type=LlamaForCausalLM" in plain.log  # SGLang's weight-loading line
+
+
 def test_stopping_leaves_no_process_of_the_tree(plain: ServerRun) -> None:
     assert len(plain.tree) >= 3  # the server and at least its scheduler and detokenizer
     assert plain.alive_after_stop == ()
