@@ -19,8 +19,8 @@ from tests.real_sglang._server import RealServer
 from tests.real_sglang._server import ServerFailed
 from tests.real_sglang._server import scaffold_env
 
-# A test's timeout covers its fixtures: the first here starts a server (70-80 s each
-# on a loaded 2-core machine), past the suite's 300 s default.
+# A test's timeout covers its fixtures: the first here starts a server (70-80 s on a loaded
+# 2-core machine); the same room as the EAGLE module, well past a healthy start.
 pytestmark = pytest.mark.timeout(900)
 
 
