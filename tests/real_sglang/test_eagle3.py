@@ -21,6 +21,10 @@ from tests.real_sglang._runs import eagle_flags
 from tests.real_sglang._runs import serve_and_collect
 from tests.real_sglang._server import RealServer
 
+# A test's timeout covers its fixtures: the first here may start two servers (70-80 s each
+# on a loaded 2-core machine), past the suite's 300 s default.
+pytestmark = pytest.mark.timeout(900)
+
 TREE = {"steps": 2, "topk": 2, "draft_tokens": 4}
 AGREE = {"steps": 3, "topk": 1, "draft_tokens": 4}
 AGREE_TOKENS = 64

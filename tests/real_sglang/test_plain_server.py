@@ -8,11 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from rayspec.server._process import pids_alive
+from tests.real_sglang._models import TinyModels
 from tests.real_sglang._runs import MAX_NEW_TOKENS
 from tests.real_sglang._runs import PROMPTS
 from tests.real_sglang._runs import ServerRun
 from tests.real_sglang._runs import metric
+from tests.real_sglang._runs import target_flags
+from tests.real_sglang._server import RealServer
+from tests.real_sglang._server import ServerFailed
 from tests.real_sglang._server import scaffold_env
+
+# A test's timeout covers its fixtures: the first here starts a server (70-80 s on a loaded
+# 2-core machine); the same room as the EAGLE module, well past a healthy start.
+pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +69,12 @@ def test_the_scaffolding_reached_the_spawned_children(plain: ServerRun) -> None:
     assert all(int(line.split()[1]) == server for line in spawned)
 
 
+def test_sglang_registered_only_the_tiny_models_modules(plain: ServerRun) -> None:
+    """RAYSPEC_TEST_MODEL_MODULES: the ~150 other model modules are not even imported."""
+    assert "Ignore import error when loading sglang.srt.models." not in plain.log
+    assert "type=LlamaForCausalLM" in plain.log  # SGLang's weight-loading line
+
+
 def test_stopping_leaves_no_process_of_the_tree(plain: ServerRun) -> None:
     assert len(plain.tree) >= 3  # the server and at least its scheduler and detokenizer
     assert plain.alive_after_stop == ()
@@ -94,3 +109,18 @@ def test_the_amx_override_comes_from_the_environment_alone(
     )
     out = _env_python(sglang_python, code, scaffold_env(fake_amx=fake_amx))
     assert out == f"{fake_amx} False"
+
+
+def test_a_server_that_cannot_start_fails_with_its_log_tail(
+    real_server: RealServer, tiny_models: TinyModels
+) -> None:
+    """The helper's own failure path: SGLang's exit code and last log lines, nothing left."""
+    stopped: list[int] = []
+    flags = [*target_flags(tiny_models), "--no-such-flag"]
+    with pytest.raises(ServerFailed) as failed:
+        with real_server(flags, stopped=stopped):
+            pass  # pragma: no cover - never ready
+    message = str(failed.value)
+    assert "SGLang exited with 2 before it was ready" in message
+    assert "--no-such-flag" in message  # argparse names it in the log tail
+    assert stopped and pids_alive(stopped) == []

@@ -10,6 +10,9 @@ exactly what rayspec launches (``python -m sglang.launch_server`` plus the candi
   the only CPU backend with an EAGLE path, for ``torch_native``. Model layers ask the hardware
   themselves and keep their plain-torch paths; the attention ops come from the ``sgl_kernel``
   stand-in beside this file.
+* ``RAYSPEC_TEST_MODEL_MODULES=llama,llama_eagle3``: register only these modules of
+  ``sglang.srt.models`` (SGLang's own ``SGLANG_DISABLED_MODEL_ARCHS`` names all the others).
+  SGLang imports every model module at start-up; the other ~150 cost ~7 s per process here.
 * ``RAYSPEC_TEST_SITE_LOG=<file>``: append one line per process that loaded this file
   (pid, parent pid, argv), so a test can check the scaffolding reached every child.
 """
@@ -64,6 +67,23 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+def _only_model_modules(wanted: str) -> None:
+    if "SGLANG_DISABLED_MODEL_ARCHS" in os.environ:
+        return  # the caller's own choice wins
+    spec = importlib.machinery.PathFinder.find_spec("sglang")  # finds, imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        return
+    models = os.path.join(list(spec.submodule_search_locations)[0], "srt", "models")
+    keep = {name.strip() for name in wanted.split(",")} | {"__init__", "registry"}
+    try:
+        names = sorted(f[:-3] for f in os.listdir(models) if f.endswith(".py"))
+    except OSError:
+        return
+    os.environ["SGLANG_DISABLED_MODEL_ARCHS"] = ",".join(n for n in names if n not in keep)
+
+
 _log_process()
+if os.environ.get("RAYSPEC_TEST_MODEL_MODULES"):
+    _only_model_modules(os.environ["RAYSPEC_TEST_MODEL_MODULES"])
 if os.environ.get("RAYSPEC_TEST_FAKE_AMX") == "1":
     sys.meta_path.insert(0, _AfterImport())
