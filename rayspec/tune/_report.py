@@ -25,6 +25,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StoreError
+from rayspec._text import one_line
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec._types import TrialState
@@ -377,18 +378,20 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
     }
     quoted = [placeholders.get(arg) or shlex.quote(arg) for arg in launch.argv]
     vs = _vs(row, baseline)
-    lines = [
-        "#!/usr/bin/env bash",
-        f"# rayspec study {cfg.study.name}, trial {row.trial}: {row.label}",
-        f"# {row.tok_s_mean:.1f} tok/s ({row.starts} server starts x "
+    # Comment lines are written through one_line: a line break in a value would end the
+    # comment and make the rest a command of the script.
+    comments = [
+        f"rayspec study {cfg.study.name}, trial {row.trial}: {row.label}",
+        f"{row.tok_s_mean:.1f} tok/s ({row.starts} server starts x "
         f"{row.runs // max(1, row.starts)} runs pooled), {row.tok_s_peak:.1f} peak, "
         f"{vs} vs baseline" + (f" ({baseline.tok_s_mean:.1f} tok/s)" if baseline else ""),
     ]
     if cfg.server.engine is Engine.twin:
-        lines.append(
-            f"# MEASURED ON THE DIGITAL TWIN (profile {cfg.server.twin.profile}), not on GPUs: "
+        comments.append(
+            f"MEASURED ON THE DIGITAL TWIN (profile {cfg.server.twin.profile}), not on GPUs: "
             "re-measure on a real node before deploying."
         )
+    lines = ["#!/usr/bin/env bash", *(f"# {one_line(text)}" for text in comments)]
     lines += ["set -euo pipefail"]
     if launch.unset_env:
         lines.append("unset " + " ".join(launch.unset_env))
