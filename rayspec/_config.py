@@ -85,6 +85,8 @@ MANAGED_FLAGS = (
     "--cuda-graph-max-bs",
     "--cuda-graph-max-bs-decode",
 )
+# SGLang merges the flags of this YAML file into its argv before parsing: past every check here.
+FILE_FLAGS = ("--config",)
 # Parsed by SGLang and never read (sglang-contract §3.4): searching it measures noise.
 DEAD_FLAGS = ("--num-continuous-decode-steps",)
 
@@ -423,6 +425,10 @@ def _expanded_nodes(root: yaml.Node) -> int:
 
 def _load_yaml_text(text: str, where: str) -> Any:
     """``text`` as Python data, refusing duplicate keys and alias bombs (ConfigError)."""
+    bad = unsafe_char(text.replace("\n", "").replace("\r", "").replace("\t", ""))
+    if bad is not None:  # YAML refuses most of them too, with a position but not the key
+        line = text[: text.index(bad)].count("\n") + 1
+        raise ConfigError(f"{where}: line {line} holds the control character {ascii(bad)[1:-1]}")
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()
@@ -499,7 +505,13 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
             raise ConfigError(
                 f"override {item!r}: expected dotted.key=value (e.g. study.n_trials=40)"
             )
-        _load_yaml_text(item.partition("=")[2], f"override {item.partition('=')[0]}")
+        key, _, value = item.partition("=")
+        bad = unsafe_char(value)
+        if bad is not None:
+            raise ConfigError(
+                f"{key}: {_short(value)} holds the control character {ascii(bad)[1:-1]}"
+            )
+        _load_yaml_text(value, f"override {key}")
         dotlist.append(item)
     source = path
     try:
@@ -520,7 +532,8 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{source}: {_describe_omegaconf_error(exc)}") from exc
     except yaml.YAMLError as exc:  # a malformed override value
-        raise ConfigError(f"override: invalid value ({exc})") from exc
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"override: invalid value ({first})") from exc
     except RecursionError:
         raise ConfigError(f"{source}: nested too deeply") from None
     if not isinstance(cfg, ExperimentConfig):  # to_object of this schema always is
@@ -943,6 +956,13 @@ def _validate_flags(cfg: ExperimentConfig) -> None:
                     where,
                     f"{_spelled(flag, managed)} is set by rayspec from server.* and "
                     "search.speculative; set it there instead",
+                )
+            from_file = sglang_reads_as(flag, FILE_FLAGS)
+            if from_file:
+                raise _fail(
+                    where,
+                    f"{_spelled(flag, from_file)} makes SGLang read more flags from a file, "
+                    "past rayspec's checks; give the flags themselves in server.extra_flags",
                 )
             dead = sglang_reads_as(flag, DEAD_FLAGS)
             if dead:
