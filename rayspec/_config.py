@@ -15,8 +15,10 @@ value and what is expected.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
+import functools
 import keyword
 import math
 import os
@@ -483,6 +485,16 @@ def _read_yaml(path: str) -> dict[str, Any]:
     return loaded
 
 
+@functools.lru_cache(maxsize=1)
+def _schema_once() -> Any:
+    return OmegaConf.structured(ExperimentConfig)
+
+
+def _schema() -> Any:
+    """The typed defaults, built once (OmegaConf takes tens of ms): a copy to merge into."""
+    return copy.deepcopy(_schema_once())
+
+
 def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
     """Read an experiment file and overrides into a validated :class:`ExperimentConfig`.
 
@@ -514,13 +526,19 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
         _load_yaml_text(value, f"override {key}")
         dotlist.append(item)
     source = path
+    where = path
     try:
-        merged = OmegaConf.structured(ExperimentConfig)
+        merged = _schema()
         for name, layer in layers:
             source = name  # named in the error if this layer does not fit the schema
-            merged = OmegaConf.merge(merged, OmegaConf.create(layer))
+            for section, body in layer.items():  # one section at a time: named if it fails
+                where = f"{name}: {section}"
+                merged = OmegaConf.merge(merged, OmegaConf.create({section: body}))
         source = "override"
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(dotlist))
+        for item in dotlist:
+            where = f"override {item.partition('=')[0]}"
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
+        where = source = path
         OmegaConf.resolve(merged)
         missing = sorted(OmegaConf.missing_keys(merged))
         if missing:
@@ -535,7 +553,9 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"override: invalid value ({first})") from exc
     except RecursionError:
-        raise ConfigError(f"{source}: nested too deeply") from None
+        raise ConfigError(f"{where}: nested too deeply") from None
+    except (TypeError, ValueError) as exc:  # OmegaConf's own, e.g. a list merged into a mapping
+        raise ConfigError(f"{where}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
     if not isinstance(cfg, ExperimentConfig):  # to_object of this schema always is
         raise ConfigError(f"{path}: not an experiment (expected study, server, ... sections)")
     _normalise(cfg)

@@ -8,9 +8,10 @@ split a progress line. :func:`unsafe_char` finds what :mod:`rayspec._config` ref
 
 from __future__ import annotations
 
+import shlex
 import unicodedata
 
-__all__ = ["one_line", "unsafe_char"]
+__all__ = ["one_line", "shell_quote", "unsafe_char"]
 
 # Control characters (C0, DEL, C1: newline, CR, NUL, U+0085 ...), lone surrogates (bytes that
 # were not UTF-8) and the Unicode line and paragraph separators U+2028 / U+2029.
@@ -32,3 +33,20 @@ def one_line(text: str) -> str:
     return "".join(
         ascii(ch)[1:-1] if unicodedata.category(ch) in _UNSAFE_CATEGORIES else ch for ch in text
     )
+
+
+def shell_quote(arg: str) -> str:
+    """``shlex.quote``, except that text with an unsafe character is written as bash's
+    ``$'...'`` with escapes: the same argument, on one line of the script."""
+    if unsafe_char(arg) is None:
+        return shlex.quote(arg)
+    out = []
+    for ch in arg:
+        if ch in "\\'":
+            out.append("\\" + ch)
+        elif unicodedata.category(ch) in _UNSAFE_CATEGORIES:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "$'" + "".join(out) + "'"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shlex
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StoreError
 from rayspec._text import one_line
+from rayspec._text import shell_quote
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec._types import TrialState
@@ -376,7 +376,7 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
         MODEL_PLACEHOLDER: '"${MODEL_PATH:?set MODEL_PATH to the target model}"',
         DRAFT_PLACEHOLDER: '"${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the EAGLE-3 drafter}"',
     }
-    quoted = [placeholders.get(arg) or shlex.quote(arg) for arg in launch.argv]
+    quoted = [placeholders.get(arg) or shell_quote(arg) for arg in launch.argv]
     vs = _vs(row, baseline)
     # Comment lines are written through one_line: a line break in a value would end the
     # comment and make the rest a command of the script.
@@ -395,7 +395,7 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
     lines += ["set -euo pipefail"]
     if launch.unset_env:
         lines.append("unset " + " ".join(launch.unset_env))
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in launch.env]
+    lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
     lines.append("exec " + " ".join(quoted) + ' "$@"')
     return "\n".join(lines) + "\n"
 
