@@ -458,6 +458,7 @@ def _load_yaml_text(text: str, where: str) -> Any:
 
 
 def _read_yaml(path: str) -> dict[str, Any]:
+    path = os.fspath(path)  # a pathlib.Path works too
     bad = unsafe_char(path)
     if bad is not None:
         raise ConfigError(
@@ -865,10 +866,15 @@ def _validate_cluster(cfg: ExperimentConfig) -> None:
 
 
 def _validate_env(cfg: ExperimentConfig) -> None:
-    names = list(cfg.server.env) + list(cfg.search.nccl)
-    for name in names:
+    names = [("server.env", n) for n in cfg.server.env]
+    names += [("search.nccl", n) for n in cfg.search.nccl]
+    for where, name in names:
         if not _ENV_NAME.match(name) or keyword.iskeyword(name):
-            raise _fail(f"env {name!r}", "not a valid environment variable name")
+            raise _fail(
+                where,
+                f"{_short(name)} is not a valid environment variable name (letters, digits "
+                "and _, not starting with a digit)",
+            )
     for name in cfg.server.extra_nccl_vars:
         if not (name.startswith("NCCL_") and _ENV_NAME.match(name)):
             raise _fail("server.extra_nccl_vars", f"{_short(name)} is not an NCCL_* name")

@@ -110,7 +110,7 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
     ),
     ("nvls-env", {"server": {"env": {"NCCL_NVLS_ENABLE": "1"}}}, [], "NCCL_NVLS_ENABLE"),
     ("nvls-algo", {"search": {"nccl": {"NCCL_ALGO": ["Ring", "NVLS"]}}}, [], "uses NVLS"),
-    ("env-name", {"server": {"env": {"1BAD": "x"}}}, [], "not a valid environment variable"),
+    ("env-name", {"server": {"env": {"1BAD": "x"}}}, [], "server.env: '1BAD' is not a valid"),
     ("non-nccl-searched", {"search": {"nccl": {"CUDA_X": ["1"]}}}, [], "only NCCL_* variables"),
     (
         "dead-flag",
@@ -198,6 +198,7 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
     ("newline-in-env-name", {"server": {"env": {"A\nB": "1"}}}, [], "server.env: 'A\\nB' holds"),
     ("tab-in-output-dir", {}, ["output.dir=/tmp/a\tb"], "output.dir"),
     ("escape-in-study-name", {"study": {"name": "t\x1b[2J"}}, [], "study.name"),
+    ("newline-in-unknown-key", {"x\ntouch PWNED\n#": {}}, [], "x\\ntouch PWNED\\n#"),
     # -- flags as SGLang's argparse reads them (unique prefixes, --flag=value) ---------------
     (
         "abbrev-host",

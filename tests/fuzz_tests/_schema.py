@@ -191,11 +191,12 @@ def value_for(kind: Any) -> st.SearchStrategy[Any]:
         )
     else:  # str and enums
         own = text()
-    return st.one_of(own, own, plausible(base), garbage())
+    return st.one_of(own, own, plausible(kind), garbage())
 
 
-def plausible(base: Any) -> st.SearchStrategy[Any]:
+def plausible(kind: Any) -> st.SearchStrategy[Any]:
     """Values a user might mean (so valid configurations are generated too)."""
+    base = _base(kind)
     if base is bool:
         return st.booleans()
     if base is int:

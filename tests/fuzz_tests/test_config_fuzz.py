@@ -45,6 +45,7 @@ from tests.fuzz_tests._schema import KEYS
 from tests.fuzz_tests._schema import SECTIONS
 from tests.fuzz_tests._schema import garbage
 from tests.fuzz_tests._schema import override_text
+from tests.fuzz_tests._schema import plausible
 from tests.fuzz_tests._schema import value_for
 from tests.helpers import REPO
 
@@ -64,7 +65,7 @@ seeded = seed(int(SEED)) if SEED is not None else (lambda f: f)
 COUNTS: Counter[str] = Counter()
 
 _KEY_SUBJECT = re.compile(
-    rf"^error: (?:(?:{'|'.join(SECTIONS)})[.\[\w]|override\b|\S*\.ya?ml\b|'.*\.ya?ml|b?'?\S*exp)"
+    rf"^error: (?:(?:{'|'.join(SECTIONS)})[.\[\w]|override\b|\S*\.ya?ml\b|'.*\.ya?ml)"
 )
 
 
@@ -211,6 +212,30 @@ _KEYED = st.sampled_from(KEYS).flatmap(lambda kv: st.tuples(st.just(kv[0]), valu
 def test_generated_experiments_keep_the_contract(
     boundary, engine, in_file, overrides, dry_run
 ) -> None:
+    COUNTS["cases"] += 1
+    with tempfile.TemporaryDirectory() as holder:
+        doc = _doc(os.path.join(holder, "runs"), engine)
+    for key, value in in_file:
+        _put(doc, key, value)
+    tail = [override_text(k, v) for k, v in overrides]
+    check_contract(tail, doc, dry_run=dry_run, boundary=boundary)
+
+
+_PLAUSIBLE = st.sampled_from(KEYS).flatmap(lambda kv: st.tuples(st.just(kv[0]), plausible(kv[1])))
+
+
+@seeded
+@FUZZ
+@given(
+    engine=_ENGINES,
+    in_file=st.lists(_PLAUSIBLE, max_size=4),
+    overrides=st.lists(_PLAUSIBLE, max_size=2),
+    dry_run=st.booleans(),
+)
+def test_plausible_experiments_keep_the_contract(
+    boundary, engine, in_file, overrides, dry_run
+) -> None:
+    """Values a user might mean: many configurations are valid, and pass preflight."""
     COUNTS["cases"] += 1
     with tempfile.TemporaryDirectory() as holder:
         doc = _doc(os.path.join(holder, "runs"), engine)
