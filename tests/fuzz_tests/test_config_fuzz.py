@@ -49,7 +49,7 @@ from tests.fuzz_tests._schema import plausible
 from tests.fuzz_tests._schema import value_for
 from tests.helpers import REPO
 
-EXAMPLES = int(os.environ.get("RAYSPEC_FUZZ_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("RAYSPEC_FUZZ_EXAMPLES", "150"))
 SEED = os.environ.get("RAYSPEC_FUZZ_SEED")
 FUZZ = settings(
     max_examples=EXAMPLES,
@@ -156,7 +156,7 @@ def _inside(folder: str) -> Iterator[None]:
         os.chdir(before)
 
 
-def check_contract(argv_tail: list[str], doc: Any, *, dry_run: bool, boundary: dict[str, int]):
+def check_contract(argv_tail: list[str], doc: Any, *, mode: str, boundary: dict[str, int]) -> str:
     """Write ``doc``, run the CLI on it with ``argv_tail``, assert the contract."""
     import ray
 
@@ -168,7 +168,7 @@ def check_contract(argv_tail: list[str], doc: Any, *, dry_run: bool, boundary: d
         before = _snapshot(tmp)
         err, out = io.StringIO(), io.StringIO()
         runs_before = boundary["run"]
-        argv = [*(["--dry-run"] if dry_run else []), path, *argv_tail]
+        argv = [*([mode] if mode else []), path, *argv_tail]
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
                 rc = main(argv)
@@ -187,10 +187,12 @@ def check_contract(argv_tail: list[str], doc: Any, *, dry_run: bool, boundary: d
         COUNTS["refused"] += 1
         return "refused"
     assert rc == 0, (rc, message, out.getvalue())
-    if dry_run:
+    if mode:  # --dry-run or --print-config: printed, nothing run
         printed = out.getvalue().splitlines()
-        assert printed and printed[0].startswith("study "), out.getvalue()
-        COUNTS["valid (dry run)"] += 1
+        first = "study " if mode == "--dry-run" else "study:"
+        assert printed and printed[0].startswith(first), out.getvalue()
+        assert boundary["run"] == runs_before
+        COUNTS[f"valid ({mode})"] += 1
     else:
         assert boundary["run"] == runs_before + 1  # stopped at the boundary, nothing ran
         COUNTS["valid (preflight passed)"] += 1
@@ -198,6 +200,7 @@ def check_contract(argv_tail: list[str], doc: Any, *, dry_run: bool, boundary: d
 
 
 _ENGINES = st.sampled_from(["twin", "twin", "sglang"])
+_MODES = st.sampled_from(["", "", "--dry-run", "--print-config"])
 _KEYED = st.sampled_from(KEYS).flatmap(lambda kv: st.tuples(st.just(kv[0]), value_for(kv[1])))
 
 
@@ -207,10 +210,10 @@ _KEYED = st.sampled_from(KEYS).flatmap(lambda kv: st.tuples(st.just(kv[0]), valu
     engine=_ENGINES,
     in_file=st.lists(_KEYED, max_size=3),
     overrides=st.lists(_KEYED, max_size=3),
-    dry_run=st.booleans(),
+    mode=_MODES,
 )
 def test_generated_experiments_keep_the_contract(
-    boundary, engine, in_file, overrides, dry_run
+    boundary, engine, in_file, overrides, mode
 ) -> None:
     COUNTS["cases"] += 1
     with tempfile.TemporaryDirectory() as holder:
@@ -218,7 +221,7 @@ def test_generated_experiments_keep_the_contract(
     for key, value in in_file:
         _put(doc, key, value)
     tail = [override_text(k, v) for k, v in overrides]
-    check_contract(tail, doc, dry_run=dry_run, boundary=boundary)
+    check_contract(tail, doc, mode=mode, boundary=boundary)
 
 
 _PLAUSIBLE = st.sampled_from(KEYS).flatmap(lambda kv: st.tuples(st.just(kv[0]), plausible(kv[1])))
@@ -230,10 +233,10 @@ _PLAUSIBLE = st.sampled_from(KEYS).flatmap(lambda kv: st.tuples(st.just(kv[0]), 
     engine=_ENGINES,
     in_file=st.lists(_PLAUSIBLE, max_size=4),
     overrides=st.lists(_PLAUSIBLE, max_size=2),
-    dry_run=st.booleans(),
+    mode=_MODES,
 )
 def test_plausible_experiments_keep_the_contract(
-    boundary, engine, in_file, overrides, dry_run
+    boundary, engine, in_file, overrides, mode
 ) -> None:
     """Values a user might mean: many configurations are valid, and pass preflight."""
     COUNTS["cases"] += 1
@@ -242,25 +245,25 @@ def test_plausible_experiments_keep_the_contract(
     for key, value in in_file:
         _put(doc, key, value)
     tail = [override_text(k, v) for k, v in overrides]
-    check_contract(tail, doc, dry_run=dry_run, boundary=boundary)
+    check_contract(tail, doc, mode=mode, boundary=boundary)
 
 
 @seeded
 @FUZZ
 @given(
     top=st.one_of(garbage(), st.dictionaries(st.sampled_from([*SECTIONS, "x"]), garbage())),
-    dry_run=st.booleans(),
+    mode=_MODES,
 )
-def test_garbage_documents_keep_the_contract(boundary, top, dry_run) -> None:
+def test_garbage_documents_keep_the_contract(boundary, top, mode) -> None:
     """Whole documents of garbage: a list, a scalar, sections that are not mappings."""
     COUNTS["cases"] += 1
-    check_contract([], top, dry_run=dry_run, boundary=boundary)
+    check_contract([], top, mode=mode, boundary=boundary)
 
 
 @seeded
 @FUZZ
-@given(raw=st.binary(max_size=200), dry_run=st.booleans())
-def test_raw_bytes_keep_the_contract(boundary, raw, dry_run) -> None:
+@given(raw=st.binary(max_size=200), mode=_MODES)
+def test_raw_bytes_keep_the_contract(boundary, raw, mode) -> None:
     """Files that are not YAML, or not text at all."""
     COUNTS["cases"] += 1
     import ray
@@ -273,7 +276,7 @@ def test_raw_bytes_keep_the_contract(boundary, raw, dry_run) -> None:
             fh.write(raw)
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            rc = main([*(["--dry-run"] if dry_run else []), path])
+            rc = main([*([mode] if mode else []), path])
         assert _snapshot(tmp) == {path}
     assert rc == 2 and "Traceback" not in err.getvalue()
     assert len(err.getvalue().strip().splitlines()) == 1, err.getvalue()
