@@ -638,6 +638,9 @@ def _validate_values(cfg: ExperimentConfig) -> None:
                 )
         elif isinstance(value, float) and not math.isfinite(value):
             raise _fail(key, f"{value} is not a finite number")
+        elif isinstance(value, int) and not -(2**63) <= value < 2**63:
+            # Stored in Parquet's int64 columns and passed to C parsers: past it, a late crash.
+            raise _fail(key, f"{value} is out of range (a 64-bit integer)")
 
 
 def validate(cfg: ExperimentConfig) -> None:

@@ -277,6 +277,12 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
         [],
         "bench.scenarios[0].request_rate: nan is not a finite number",
     ),
+    (
+        "int-past-int64",
+        {},
+        ["bench.max_tokens=100000000000000000000"],
+        "bench.max_tokens: 100000000000000000000 is out of range",
+    ),
     ("float-overflow", {}, ["server.twin.startup_s=1e400"], "server.twin.startup_s: inf"),
     # -- storage, cluster, space, twin ------------------------------------------------------
     ("storage-blank", {"study": {"storage": " "}}, [], "study.storage: ' ' begins or ends with"),

@@ -265,6 +265,9 @@ def test_a_finished_study_is_not_refused_for_a_held_port(tmp_path, capsys) -> No
         cfg = load_config(path, [f"server.port={held}"])
         run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
         assert main([path, f"server.port={held}"]) == 0, capsys.readouterr().err
+        # Nor for a held dashboard port: no Ray starts either.
+        dash = f"cluster.dashboard_port={held}"
+        assert main([path, f"server.port={held}", dash]) == 0, capsys.readouterr().err
     assert "nothing left to run" in capsys.readouterr().out
 
 

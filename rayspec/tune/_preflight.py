@@ -231,13 +231,15 @@ def preflight(
     problems: list[str] = []
     if launching and not local:
         _probe_address(cfg.cluster.address)
-    if local and launching:
+    # A finished study starts no Ray and no server: this machine's ports, inputs and GPUs do
+    # not matter to it.
+    on_this_machine = local and launching and _servers_start(cfg)
+    if on_this_machine:
         problems += _check_launch_inputs(cfg)
         if cfg.cluster.include_dashboard:
             problems += _problem(_check_dashboard, cfg)
-        if _servers_start(cfg):  # a finished study launches nothing: its ports do not matter
-            for slot in range(planned_local_slots(cfg)):
-                problems += _problem(check_port_free, cfg.server.host, cfg.server.port + slot)
+        for slot in range(planned_local_slots(cfg)):
+            problems += _problem(check_port_free, cfg.server.host, cfg.server.port + slot)
     warnings: list[str] = []
     if cfg.server.engine is Engine.sglang:
         # NCCL values are checked for the real engine only, and on every run (a dry run too:
@@ -246,7 +248,7 @@ def preflight(
         # tests/tune_tests/test_search.py and tests/reliability_tests/test_faults.py) to check
         # that a failing NCCL set is recorded, screened out and never launched again.
         findings = check_nccl_values(cfg)
-        if local and launching:
+        if on_this_machine:
             findings.extend(check_node(cfg, probes or default_probes()))
         problems += findings.problems
         warnings = findings.warnings
