@@ -23,6 +23,8 @@ import keyword
 import math
 import os
 import re
+import types
+import typing
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -615,6 +617,51 @@ def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
     return [(key, value)]
 
 
+def _type_error(value: Any, hint: Any, key: str) -> str | None:
+    """Where ``value`` is not of the declared type ``hint`` (OmegaConf lets a list through
+    into a ``dict[str, str]`` from an override): the first such key and what it holds."""
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint) and isinstance(value, hint):  # type: ignore[arg-type]
+        hints = typing.get_type_hints(hint)
+        for f in dataclasses.fields(hint):
+            found = _type_error(
+                getattr(value, f.name), hints[f.name], f"{key}.{f.name}".lstrip(".")
+            )
+            if found:
+                return found
+        return None
+    if origin in (types.UnionType, typing.Union):
+        errors = [_type_error(value, arg, key) for arg in typing.get_args(hint)]
+        return None if any(e is None for e in errors) else errors[0]
+    if hint is type(None):
+        return None if value is None else f"{key}: expected nothing, got {type(value).__name__}"
+    if hint is Any:
+        return None
+    if origin is dict:
+        if not isinstance(value, dict):
+            return f"{key}: expected a mapping, got {type(value).__name__}"
+        k_hint, v_hint = typing.get_args(hint)
+        for k, v in value.items():
+            found = _type_error(k, k_hint, f"{key} key") or _type_error(v, v_hint, f"{key}.{k}")
+            if found:
+                return found
+        return None
+    if origin is list:
+        if not isinstance(value, list):
+            return f"{key}: expected a list, got {type(value).__name__}"
+        (item_hint,) = typing.get_args(hint)
+        for i, item in enumerate(value):
+            found = _type_error(item, item_hint, f"{key}[{i}]")
+            if found:
+                return found
+        return None
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return None
+    if isinstance(hint, type) and not isinstance(value, hint):
+        return f"{key}: expected {hint.__name__}, got {type(value).__name__} {_short(str(value))}"
+    return None
+
+
 def _short(value: str) -> str:
     text = ascii(value)
     return text if len(text) <= 60 else f"{text[:57]}...'"
@@ -627,6 +674,9 @@ def _validate_values(cfg: ExperimentConfig) -> None:
     a progress line; a line break there ends a comment of ``best.sh`` (the next line would
     run). A NaN passes every ``x <= 0`` check (a NaN timeout never times out).
     """
+    wrong = _type_error(cfg, ExperimentConfig, "")
+    if wrong:
+        raise ConfigError(wrong)
     for key, value in _leaves(cfg, ""):
         if isinstance(value, str):
             bad = unsafe_char(value)

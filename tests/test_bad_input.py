@@ -283,6 +283,13 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
         ["bench.max_tokens=100000000000000000000"],
         "bench.max_tokens: 100000000000000000000 is out of range",
     ),
+    (
+        "list-as-env-value",
+        {},
+        ["server.env={NCCL_PROTO: ['x']}"],
+        "server.env.NCCL_PROTO: expected str, got list",
+    ),
+    ("list-into-mapping", {}, ["search.nccl=[]"], "override search.nccl: "),
     ("float-overflow", {}, ["server.twin.startup_s=1e400"], "server.twin.startup_s: inf"),
     # -- storage, cluster, space, twin ------------------------------------------------------
     ("storage-blank", {"study": {"storage": " "}}, [], "study.storage: ' ' begins or ends with"),
