@@ -84,6 +84,18 @@ def visible_gpus() -> list[str]:
     return names
 
 
+def screen_overrides(overrides: Sequence[str]) -> list[str]:
+    """The overrides, plus placeholders for the model paths the real engine requires: the
+    screen starts no server and reads no model, so it does not ask for them."""
+    given = {o.split("=", 1)[0] for o in overrides}
+    placeholders = [
+        f"{key}=(not used by the NCCL screen)"
+        for key in ("server.model_path", "server.draft_model_path")
+        if key not in given
+    ]
+    return [*overrides, *placeholders]
+
+
 def _hidden_size(cfg: ExperimentConfig, given: int | None) -> tuple[int, str]:
     if given:
         return given, "--hidden-size"
@@ -211,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", help="write the report here (the format of nccl_screen.json)")
     args = p.parse_args(argv)
     try:
-        cfg = load_config(args.experiment, list(args.overrides))
+        cfg = load_config(args.experiment, screen_overrides(args.overrides))
     except RayspecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

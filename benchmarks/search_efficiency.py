@@ -345,7 +345,7 @@ def confirm(seed: int, budget: int) -> None:
               f"{wall:.0f} s")  # fmt: skip
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--budget", type=int, default=40)
@@ -357,7 +357,11 @@ def main() -> int:
         "--confirm", action="store_true", help="also run one study through the HTTP twin"
     )
     p.add_argument("--confirm-budget", type=int, default=12)
-    args = p.parse_args()
+    return p
+
+
+def main() -> int:
+    args = parser().parse_args()
     strategies = args.strategies.split(",")
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]

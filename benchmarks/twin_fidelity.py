@@ -1,4 +1,4 @@
-"""Twin fidelity: the field table of DESIGN.md, measured over HTTP against the twin.
+"""Twin fidelity: the field table of docs/twin-model.md, measured over HTTP against the twin.
 
 For each field row it starts a twin (``python -m rayspec.twin.server``) with that row's NCCL
 environment and speculative flags, flushes the cache, runs 1 warm-up and N single requests with
@@ -11,7 +11,7 @@ the first chunk (TTFT excluded). The twin must be within 5 % of the field on the
 ``--sweep N`` instead measures seeds 0..N-1 in process (``SimulatedServer``: the twin's
 engine without HTTP, the same draws request by request) and prints, per row, the spread of the
 mean ratio over seeds and how many seeds miss the tolerance: with the calibrated noise (a run's
-CV is 4-5 % with speculation, twin-model §8) a 5-run mean itself moves about ±2 %.
+CV is 4-5 % with speculation, docs/twin-model.md, *Noise*) a 5-run mean itself moves about ±2 %.
 
 Usage::
 
@@ -130,7 +130,8 @@ def one_request(client: httpx.Client, max_tokens: int) -> tuple[float, float, fl
 def model_tok_s(row: Row, profile_name: str) -> float:
     """The model's expected decode tok/s at batch 1 (no noise, no TTFT), for reference."""
     profile = load_profile(profile_name)
-    env = {"NCCL_NVLS_ENABLE": "0", **row.env}  # SGLang's own write (contract §3.4)
+    # SGLang's own write (docs/sglang.md, *Flags rayspec keeps out*)
+    env = {"NCCL_NVLS_ENABLE": "0", **row.env}
     return PerfModel(profile, resolve_nccl(env, profile), row.spec).expected_tok_s(1)
 
 

@@ -91,7 +91,8 @@ MANAGED_FLAGS = (
 )
 # SGLang merges the flags of this YAML file into its argv before parsing: past every check here.
 FILE_FLAGS = ("--config",)
-# Parsed by SGLang and never read (sglang-contract §3.4): searching it measures noise.
+# Parsed by SGLang and never read (docs/sglang.md, *Flags rayspec keeps out*): searching it
+# measures noise.
 DEAD_FLAGS = ("--num-continuous-decode-steps",)
 
 # Per-trial metrics a study can maximise (output tok/s of the objective scenario).

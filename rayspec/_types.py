@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Iterable
 from collections.abc import Mapping
 from typing import Any
 
@@ -150,8 +151,11 @@ class RequestRecord:
 
     Times are client-side (``time.perf_counter`` differences) except the ``*_unix_s`` stamps.
     ``accept_length`` is ``completion_tokens / spec_verify_ct`` of this request: run-scoped,
-    not SGLang's lifetime average. A failed request has ``failure`` (its class) and ``error``
-    (what happened); either alone is normalised to both at construction.
+    not SGLang's lifetime average. ``accept_histogram`` is SGLang's
+    ``spec_correct_drafts_histogram`` of this request: element ``i`` counts the verify steps
+    that accepted ``i`` drafts (its length is the most accepted, plus one; it sums to
+    ``spec_verify_ct``). A failed request has ``failure`` (its class) and ``error`` (what
+    happened); either alone is normalised to both at construction.
     """
 
     scenario: str
@@ -169,6 +173,7 @@ class RequestRecord:
     error: str | None = None  # the failure's message
     output_ids: tuple[int, ...] | None = None  # the greedy output (the correctness gate)
     failure: FailureReason | None = None
+    accept_histogram: tuple[int, ...] | None = None  # verify steps by drafts accepted
 
     def __post_init__(self) -> None:
         # Normalise once: the class is typed (text is accepted, as stored), and a message
@@ -194,6 +199,26 @@ class RequestRecord:
         """Time per output token after the first."""
         n = self.completion_tokens - 1
         return (self.e2e_ms - self.ttft_ms) / n if n > 0 else 0.0
+
+
+def accept_histogram(records: Iterable[RequestRecord]) -> tuple[int, ...] | None:
+    """The verify steps of the measured successful requests (warm-up excluded), by drafts
+    accepted: the element-wise sum of their ``accept_histogram`` (None if none has one).
+
+    Example:
+        >>> import dataclasses
+        >>> r = RequestRecord("s", 0, 0, 1, 1, 4, 1.0, 2.0, (), 0.0, accept_histogram=(0, 2))
+        >>> accept_histogram([r, dataclasses.replace(r, accept_histogram=(1, 0, 1))])
+        (1, 2, 1)
+    """
+    total: list[int] = []
+    for r in records:
+        if r.run < 0 or not r.ok or not r.accept_histogram:
+            continue
+        total.extend([0] * (len(r.accept_histogram) - len(total)))
+        for i, n in enumerate(r.accept_histogram):
+            total[i] += n
+    return tuple(total) if total else None
 
 
 @dataclasses.dataclass(frozen=True)

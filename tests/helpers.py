@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -31,3 +35,29 @@ def twin_doc(out_dir: str, **sections: Any) -> dict[str, Any]:
     for key, value in sections.items():
         doc.setdefault(key, {}).update(value)
     return doc
+
+
+@contextlib.contextmanager
+def prometheus_exporter(text: str) -> Iterator[str]:
+    """A Prometheus exporter on 127.0.0.1 serving ``text`` at /metrics; yields host:port."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body = text.encode()
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 PACKAGES = ["rayspec", "rayspec.search", "rayspec.store", "rayspec.server", "rayspec.bench",
-            "rayspec.twin", "rayspec.testing"]  # fmt: skip
+            "rayspec.twin", "rayspec.testing", "rayspec.metrics"]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", PACKAGES)

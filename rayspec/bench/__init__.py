@@ -9,6 +9,7 @@ process cannot stream on its own over several BenchActors.
 
 from __future__ import annotations
 
+from rayspec._types import accept_histogram
 from rayspec.bench._actor import BenchActor
 from rayspec.bench._actor import BenchWorker
 from rayspec.bench._actor import RaySync
@@ -58,6 +59,7 @@ __all__ = [
     "Shard",
     "StreamClient",
     "StreamResult",
+    "accept_histogram",
     "arun_benchmark",
     "builtin_prompt_sets",
     "compare",

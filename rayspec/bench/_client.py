@@ -5,11 +5,13 @@ Two endpoints are supported:
 - ``generate``: SGLang's native ``POST /generate`` with ``stream: true``. Every SSE chunk
   carries the *cumulative* ``text``/``output_ids`` and ``meta_info.completion_tokens``, so the
   tokens a chunk adds are the increase of ``completion_tokens`` (several at once under
-  speculative decoding). The final chunk carries ``spec_verify_ct`` when speculation is on.
+  speculative decoding). The final chunk carries ``spec_verify_ct`` and
+  ``spec_correct_drafts_histogram`` when speculation is on.
 - ``completions``: ``POST /v1/completions`` with ``stream_options.include_usage`` and
   ``continuous_usage_stats``; chunks carry delta text and (with continuous usage) a cumulative
   ``usage.completion_tokens``. Without usage on a chunk, a chunk with text counts as one
-  token. ``sglext.spec_tokens_details.spec_verify_ct`` is read when the server sends it.
+  token. ``sglext.spec_tokens_details`` (``spec_verify_ct``, ``spec_correct_drafts_histogram``)
+  is read when the server sends it: SGLang sends it in a chunk of its own, with no choices.
 
 Timing follows ``sglang.bench_serving``: TTFT is the time from sending the request to the first
 chunk that carries tokens; each later chunk's gap since the previous token-carrying chunk is
@@ -36,6 +38,7 @@ import httpx
 from rayspec._exceptions import BenchError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StreamStalled
+from rayspec._plural import plural
 from rayspec._types import RequestRecord
 
 _META_KEY = '"meta_info":'
@@ -78,6 +81,14 @@ def _parse_generate_chunk(payload: bytes) -> Any:
     return json.loads(text)
 
 
+def _read_histogram(fields: dict[str, Any], state: dict[str, Any]) -> None:
+    """The request's accept histogram, from ``meta_info`` or ``spec_tokens_details``
+    (``spec_accept_histogram``: its name in SGLang 0.5.12-0.5.20)."""
+    hist = fields.get("spec_correct_drafts_histogram") or fields.get("spec_accept_histogram")
+    if isinstance(hist, list) and hist:
+        state["histogram"] = tuple(int(n) for n in hist)
+
+
 @dataclasses.dataclass
 class _Timeline:
     """Token arrival bookkeeping for one stream (mutable, private to one request)."""
@@ -116,6 +127,7 @@ class StreamResult:
     server_e2e_s: float | None = None  # meta_info.e2e_latency of the final chunk, if sent
     sent_s: float | None = None  # perf_counter when the request body was fully written
     output_ids: tuple[int, ...] | None = None  # the final chunk's token ids (/generate)
+    accept_histogram: tuple[int, ...] | None = None  # verify steps by drafts accepted
 
 
 class _Partial(Exception):
@@ -146,9 +158,10 @@ class StreamClient:
     Each stream slot ("lane") is its own ``httpx.AsyncClient`` holding one connection, and a
     request takes a free lane before it starts (its TTFT clock starts once it has one). One
     shared pool of ``max_streams`` connections would be the plain httpx set-up
-    (``Limits(max_connections >= streams)``, stack-notes §8), but httpcore 1.0's pool
-    re-scans every queued request against every connection (with a ``getpeername`` and a
-    ``poll`` per idle connection) on each request start and close: at 64 streams that cost
+    (``Limits(max_connections >= streams)``: the default pool of 100 queues the rest), but
+    httpcore 1.0's pool re-scans every queued request against every connection (with a
+    ``getpeername`` and a ``poll`` per idle connection) on each request start and close: at 64
+    streams that cost
     seconds of client CPU per run and delayed request sends by up to ~2 s (measured with
     ``benchmarks/client_fidelity.py``). Lanes make a request start O(1).
 
@@ -293,6 +306,7 @@ class StreamClient:
             "finished": False,
             "server_e2e": None,
             "output_ids": None,
+            "histogram": None,
         }
         chunks = 0
         end = t0
@@ -349,7 +363,8 @@ class StreamClient:
                         end = time.perf_counter()
                     if not done and not state["finished"]:
                         raise BenchError(
-                            f"stream ended after {tl.tokens} tokens without a final chunk "
+                            f"stream ended after {plural(tl.tokens, 'token')} without a final "
+                            "chunk "
                             "(server closed the response early)",
                             reason=FailureReason.CRASH_MID_BENCHMARK,
                         )
@@ -373,6 +388,7 @@ class StreamClient:
             server_e2e_s=state["server_e2e"],
             sent_s=sent[0] if sent else None,
             output_ids=state["output_ids"],
+            accept_histogram=state["histogram"],
         )
 
     def _partial_from(self, exc: Exception, tl: _Timeline, path: str) -> _Partial:
@@ -380,17 +396,17 @@ class StreamClient:
         now = time.perf_counter()
         if isinstance(exc, httpx.ReadTimeout):
             err: BenchError = StreamStalled(
-                f"no chunk for {self.read_timeout_s:g} s after {tl.tokens} tokens "
+                f"no chunk for {self.read_timeout_s:g} s after {plural(tl.tokens, 'token')} "
                 f"(POST {path} stalled)"
             )
         elif isinstance(exc, TimeoutError):
             err = StreamStalled(
                 f"request passed its {self.request_timeout_s:g} s deadline after "
-                f"{tl.tokens} tokens"
+                f"{plural(tl.tokens, 'token')}"
             )
         else:
             err = BenchError(
-                f"connection to {self.base_url} lost after {tl.tokens} tokens "
+                f"connection to {self.base_url} lost after {plural(tl.tokens, 'token')} "
                 f"({type(exc).__name__}: {exc or 'no detail'}); the server may have crashed",
                 reason=FailureReason.CRASH_MID_BENCHMARK,
             )
@@ -411,6 +427,7 @@ class StreamClient:
                 state["prompt_tokens"] = meta["prompt_tokens"]
             if meta.get("spec_verify_ct") is not None:
                 state["verify"] = int(meta["spec_verify_ct"])
+            _read_histogram(meta, state)
             if meta.get("e2e_latency") is not None:
                 state["server_e2e"] = float(meta["e2e_latency"])
             finish = meta.get("finish_reason")
@@ -437,6 +454,7 @@ class StreamClient:
             details = (obj.get("sglext") or {}).get("spec_tokens_details") or {}
             if details.get("spec_verify_ct") is not None:
                 state["verify"] = int(details["spec_verify_ct"])
+            _read_histogram(details, state)
         if finish:
             state["finished"] = True
             if isinstance(finish, dict) and finish.get("type") == "abort":
@@ -491,4 +509,5 @@ class StreamClient:
             spec_verify_ct=verify,
             accept_length=res.completion_tokens / verify if verify else None,
             output_ids=res.output_ids,
+            accept_histogram=res.accept_histogram,
         )

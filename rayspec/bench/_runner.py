@@ -472,7 +472,8 @@ def fetch_server_view(base_url: str, *, timeout_s: float = 10.0) -> dict[str, An
         "server_info": dict | None, "metrics": {name: float}}`` from ``GET /get_server_info``
         (``internal_states[0]``; falls back to ``/server_info``) and ``GET /metrics`` (only
         served with ``--enable-metrics``; empty otherwise). ``avg_spec_accept_length`` is
-        SGLang's lifetime value since the last flush, warm-up included (contract §7.5).
+        SGLang's lifetime value since the last flush, warm-up included (docs/sglang.md, *Measuring
+        acceptance*).
 
     Raises:
         BenchError: the server cannot be reached (``reason=CRASH_MID_BENCHMARK``).

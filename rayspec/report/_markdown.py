@@ -158,7 +158,8 @@ def _summary(data: StudyData) -> list[str]:
     text = f"- **pick: {best.label}**: {best.tok_s_mean:.1f}"
     text += f" ± {half:.1f} tok/s" if math.isfinite(half) else " tok/s"
     starts = "one server start" if best.starts == 1 else f"{best.starts} server starts pooled"
-    text += f" ({starts}, trials {', '.join(str(t) for t in best.trials)})"
+    which = "trial" if len(best.trials) == 1 else "trials"
+    text += f" ({starts}, {which} {', '.join(str(t) for t in best.trials)})"
     if base is not None and best.trials != base.trials:
         text += f", {_vs(best, base)} vs the baseline ({base.tok_s_mean:.1f} tok/s)"
     lines.append(text)

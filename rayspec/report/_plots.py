@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
 
+from rayspec._plural import plural
 from rayspec._types import Candidate
 
 if TYPE_CHECKING:
@@ -56,9 +57,10 @@ def short_label(candidate: Candidate, width: int = 56) -> str:
     if spec is None:
         head = "no spec"
     elif spec.adaptive:
-        head = f"adaptive from {spec.num_steps} steps"
+        head = f"adaptive from {plural(spec.num_steps, 'step')}"
     else:
-        head = f"{spec.num_steps} steps/topk {spec.eagle_topk}/{spec.num_draft_tokens} tok"
+        steps = plural(spec.num_steps, "step")
+        head = f"{steps}/topk {spec.eagle_topk}/{spec.num_draft_tokens} tok"
     nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in candidate.nccl_env)
     text = f"{head}; {nccl or 'NCCL default'}"
     if candidate.flags:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rayspec._plural import plural
 from rayspec.report._load import load_study_folder
 from rayspec.report._markdown import render
 from rayspec.report._plots import Plot
@@ -39,7 +40,7 @@ class ReportFiles:
     def describe(self) -> str:
         """One line for a terminal."""
         return (
-            f"report: {self.markdown} ({len(self.drawn)} plots in "
+            f"report: {self.markdown} ({plural(len(self.drawn), 'plot')} in "
             f"{os.path.join(os.path.dirname(self.markdown), 'plots')}/, {self.wall_s:.1f} s)"
         )
 

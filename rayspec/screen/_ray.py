@@ -19,6 +19,7 @@ from typing import Any
 
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
+from rayspec._plural import plural
 from rayspec.screen._base import BaseNcclScreen
 from rayspec.screen._base import ScreenResult
 from rayspec.screen._torch import TorchNcclScreen
@@ -131,7 +132,7 @@ class RayNcclScreen(BaseNcclScreen):
             self.close()
             raise LaunchError(
                 f"the NCCL screen's actor gave no answer within {wait_s or 0:g} s (are "
-                f"{self.world_size} GPUs free on one node?)",
+                f"{plural(self.world_size, 'GPU')} free on one node?)",
                 reason=FailureReason.UNKNOWN,
             ) from exc
         except RayActorError as exc:

@@ -1,7 +1,7 @@
 """What the measurements say about each configuration, with the noise that is really there.
 
 A configuration (a *point*) is measured in one or more server *starts*; each start gives several
-runs. Two noises add up (twin-model §8, and real servers alike):
+runs. Two noises add up (docs/twin-model.md, *Noise*, and real servers alike):
 
 - within a start, run to run (acceptance draws, timing jitter): estimated from the runs;
 - between starts of the same configuration (clocks, thermals, placement): invisible inside one

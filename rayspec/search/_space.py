@@ -4,7 +4,7 @@ Parameter names are dotted paths: ``spec.mode``, ``spec.num_steps``, ``spec.eagl
 ``spec.num_draft_tokens``, ``nccl.NCCL_PROTO``, ``flags.--mem-fraction-static``. Every parameter is
 categorical, so a value is always one the user wrote.
 
-SGLang's rules are built in (sglang-contract §4.2, §10.1):
+SGLang's rules are built in (docs/sglang.md, *Speculative rules*):
 
 - the speculative numbers are sampled together or not at all (``spec.mode: off`` samples none);
 - an adaptive mode (``EAGLE3-adaptive``) is one point: topk 1, starting at
@@ -278,7 +278,7 @@ class SearchSpace:
         elif mode != SPEC_OFF:
             steps = int(params[P_STEPS])
             topk = int(params[P_TOPK])
-            # topk 1: SGLang forces ndt = steps + 1 (sglang-contract §4.2 rule 9).
+            # topk 1: SGLang forces ndt = steps + 1 (docs/sglang.md, *Speculative rules*).
             ndt = steps + 1 if topk == 1 else int(params[_ndt_key(params)])
             # Only topk 1 has the speculative overlap scheduler to turn off.
             spec = SpecSettings(mode, steps, topk, ndt, overlap=overlap or topk > 1)

@@ -2,7 +2,7 @@
 and re-launch the contenders before calling one best.
 
 Every restart on a real node costs minutes, so the strategy spends them where the structure of
-the problem says the answer is (DESIGN.md "How the search spends restarts"):
+the problem says the answer is (the README's *How it searches*):
 
 1. **NCCL from the screen.** Each candidate runs with the NCCL class the screen found fastest
    at its own message size (a verify of N tokens moves N x hidden x bytes). Sets the screen
@@ -37,6 +37,7 @@ from rayspec._config import ADAPTIVE_SUFFIX
 from rayspec._config import SPEC_OFF
 from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import FailureReason
+from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
 from rayspec._types import TrialState
@@ -319,7 +320,9 @@ class StructuredSearch:
         k = self._ladder(self.steps, lambda k: self._spec(k, 1, k + 1), start, view, down=False)
         if k is None:
             return None
-        return Proposal(self.candidate(self._spec(k, 1, k + 1), view), f"chain ladder: {k} steps")
+        return Proposal(
+            self.candidate(self._spec(k, 1, k + 1), view), f"chain ladder: {plural(k, 'step')}"
+        )
 
     def _no_speculation(self, view: _View) -> Proposal | None:
         if SPEC_OFF not in self.space.modes or self._tried(None, view):
@@ -348,7 +351,8 @@ class StructuredSearch:
             return None
         state = "on" if toggled.overlap else "off"
         return Proposal(
-            self.candidate(toggled, view), f"the best chain ({k} steps) with overlap {state}"
+            self.candidate(toggled, view),
+            f"the best chain ({plural(k, 'step')}) with overlap {state}",
         )
 
     def _tree_shape(self, view: _View) -> tuple[int, int] | None:
@@ -376,7 +380,7 @@ class StructuredSearch:
             return None
         return Proposal(
             self.candidate(self._spec(k, m, n), view),
-            f"tree ladder: {k} steps, topk {m}, {n} tokens",
+            f"tree ladder: {plural(k, 'step')}, topk {m}, {plural(n, 'token')}",
         )
 
     def _incumbent(self, view: _View) -> Point | None:
@@ -463,7 +467,10 @@ class StructuredSearch:
                 seen.add(key)
                 predicted = view.evidence.predict(cand)
                 prob = 0.5 if predicted is None else prob_better(predicted, inc.estimate)
-                what = f"{nb.num_steps} steps, topk {nb.eagle_topk}, {nb.num_draft_tokens} tokens"
+                what = (
+                    f"{plural(nb.num_steps, 'step')}, topk {nb.eagle_topk}, "
+                    f"{plural(nb.num_draft_tokens, 'token')}"
+                )
                 what += "" if nb.overlap else ", overlap off"
                 what = nb.label() if nb.adaptive else what
                 options.append((prob, Proposal(cand, f"explore next to the best: {what}"), None))

@@ -42,6 +42,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._config import Sampler
 from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import ConfigError
+from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
@@ -528,7 +529,7 @@ def study_description(cfg: ExperimentConfig) -> dict[str, Any]:
         "max_restarts": cfg.study.max_restarts,
         "start_noise": cfg.study.start_noise,
         "pick_margin": cfg.study.pick_margin,
-        "bench": f"{cfg.bench.warmup} warm-up, {cfg.bench.repeats} runs "
+        "bench": f"{cfg.bench.warmup} warm-up, {plural(cfg.bench.repeats, 'run')} "
         f"(up to {cfg.max_repeats}); scenarios {scenarios}",
         "output_dir": os.path.abspath(cfg.out_dir),
     }

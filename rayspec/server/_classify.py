@@ -1,7 +1,7 @@
 """Why a server failed, read from SGLang's real failure lines (a pure function).
 
-The texts come from reference/sglang-contract.md §4.4, §4.5 and §6.5 and from the NCCL
-failure classes of reference/twin-model.md §3.3. The table is ordered: the first rule whose
+The texts are SGLang's (docs/sglang.md, *Speculative rules* and *Failure texts*) and the NCCL
+failure classes of docs/twin-model.md, *NCCL variables*. The table is ordered: the first rule whose
 pattern occurs in the log wins, so a more specific cause sits above a more general one (a
 graph capture that failed because of an OOM is reported as the graph capture, whose remedy
 differs; NCCL's "no algorithm" error is also an ``ncclInvalidUsage`` and must beat the init
@@ -34,9 +34,11 @@ class _Rule:
 
 
 _RULES: tuple[_Rule, ...] = (
-    # §4.5: tree budget exceeded, torch.topk fails at the first speculative decode.
+    # docs/sglang.md, *Speculative rules*: tree budget exceeded, torch.topk fails at the first
+    # speculative decode.
     _Rule(re.compile(r"selected index k out of range"), FailureReason.INVALID_DRAFT_TREE),
-    # twin-model §3.3 / NCCL src/enqueue.cc: nothing usable left in NCCL_ALGO x NCCL_PROTO.
+    # docs/twin-model.md, *NCCL variables* / NCCL src/enqueue.cc: nothing usable left in NCCL_ALGO
+    # x NCCL_PROTO.
     _Rule(
         re.compile(r"no algorithm/protocol available", re.IGNORECASE),
         FailureReason.NCCL_FIRST_COLLECTIVE,
@@ -46,11 +48,11 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(r"ncclInvalidUsage|NCCL error.*invalid usage", re.IGNORECASE),
         FailureReason.NCCL_INIT,
     ),
-    # §6.5: decode_cuda_graph_runner "Capture cuda graph failed: {e}".
+    # docs/sglang.md, *Failure texts*: decode_cuda_graph_runner "Capture cuda graph failed: {e}".
     _Rule(
         re.compile(r"Capture cuda graph failed", re.IGNORECASE), FailureReason.CUDA_GRAPH_CAPTURE
     ),
-    # §6.5: torch OOM inside the scheduler traceback; KV pool too small.
+    # docs/sglang.md, *Failure texts*: torch OOM inside the scheduler traceback; KV pool too small.
     _Rule(
         re.compile(
             r"CUDA out of memory|OutOfMemoryError|Not enough memory\. Please try to increase"
@@ -64,7 +66,8 @@ _RULES: tuple[_Rule, ...] = (
         returncode=2,
         phases=frozenset({Phase.STARTUP}),
     ),
-    # §4.4: resolution-time failures of the speculative flags (exit 1, before any weights).
+    # docs/sglang.md, *Speculative rules*: resolution-time failures of the speculative flags (exit
+    # 1, before any weights).
     _Rule(
         re.compile(
             r"Unknown speculative algorithm name"

@@ -1,6 +1,6 @@
 """The command builder: config + candidate -> :class:`~rayspec.LaunchSpec` (a pure function).
 
-It follows SGLang's launch template for a tuning trial (sglang-contract §2.2, §10.1): every
+It follows SGLang's launch template for a tuning trial (docs/sglang.md, *Launch template*): every
 setting with a version- or topk-dependent default is passed explicitly (attention backend,
 running-request cap, decode CUDA-graph cap, memory fraction), the three speculative numbers go
 together, and NVLink multicast stays off (``NCCL_NVLS_ENABLE=0`` exported) unless the experiment
@@ -111,7 +111,7 @@ def build_launch(
     if srv.attention_backend:
         argv += ["--attention-backend", srv.attention_backend]
     # Explicit in both arms, so SGLang's 48 cap for speculation does not differ from the
-    # baseline, and the graph cap does not follow it (sglang-contract §2.2, §3.3).
+    # baseline, and the graph cap does not follow it (docs/sglang.md, *Launch template*).
     argv += ["--max-running-requests", str(srv.max_running_requests)]
     graph_cap = srv.cuda_graph_max_bs or srv.max_running_requests
     argv += [cuda_graph_flag(srv.sglang_version), str(graph_cap)]

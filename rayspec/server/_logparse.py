@@ -1,6 +1,6 @@
 """Tolerant parsers for SGLang's log lines (pure functions).
 
-Formats: reference/sglang-contract.md §6.1-6.3. SGLang's own parser requires ``#queue-req: N,``
+Formats: docs/sglang.md, *Log lines*. SGLang's own parser requires ``#queue-req: N,``
 and so misses 0.5.23 lines; here every field has its own regex, so the 0.4.10 (``Decode batch.``),
 0.5.5 (trailing ``, ``) and 0.5.23 (no trailing comma, ``accept rate``) shapes, the
 ``Decode batch [iter]`` form and ``cpu graph``/``npu graph`` labels all parse, and a field a
@@ -29,7 +29,7 @@ class DecodeBatch:
         ranks: the rank prefix, e.g. ``"TP0"`` or ``"DP0 TP0"`` (empty at TP 1 on 0.5.23).
         gen_throughput_tok_s: tokens generated in the window / window wall time, all requests.
         accept_len: window mean of accepted drafts + bonus per verify (speculation only).
-        accept_rate: version-dependent definition (sglang-contract §6.2).
+        accept_rate: version-dependent definition (docs/sglang.md, *Log lines*).
     """
 
     timestamp: str | None

@@ -9,7 +9,7 @@ line, never through a shell). The reaper answers with one line on stdout,
 ``"<reaper_pid> <server_pid>"`` (or ``"error <message>"``), and from then on writes nothing
 but the log.
 
-Why it exists (reference/stack-notes.md §3.7-3.8): Ray kills only an actor's *direct*
+Why it exists (measured with Ray 2.60): Ray kills only an actor's *direct*
 children, so a server started straight from the actor leaks its grandchildren (SGLang's TP
 workers, and their GPU memory) on ``ray.kill`` or a driver crash. The reaper
 

@@ -1,7 +1,7 @@
 """What differs between the SGLang versions rayspec knows, as one table of data.
 
 Each row of :data:`SGLANG_VERSIONS` holds from its ``since`` version up to the next row's
-(sglang-contract §1, §3.4, §5.4). Versions 0.5.13-0.5.17 were never examined: the rows say
+(docs/sglang.md, *Versions*). Versions 0.5.13-0.5.17 were never examined: the rows say
 what the nearest examined versions do. A version is looked up by its release number, so a
 pre-release, dev or local build (``0.5.20rc1``, ``0.5.23+cu130``) counts as that release; a
 version older than the first row takes the first row, a newer one the last.
@@ -89,7 +89,7 @@ class SGLangFeatures:
 
 
 #: The table, oldest first: a row at each version where a difference was first seen, among
-#: the wheels read for sglang-contract.md (0.4.10, 0.5.5, 0.5.12, 0.5.18-0.5.23).
+#: the wheels read for docs/sglang.md (0.4.10, 0.5.5, 0.5.12, 0.5.18-0.5.23).
 SGLANG_VERSIONS: tuple[SGLangFeatures, ...] = (
     # All arguments in server_args.py; the cap is --cuda-graph-max-bs.
     SGLangFeatures(

@@ -1,4 +1,4 @@
-"""Parquet trial store: one small file per trial, written atomically (stack-notes §6).
+"""Parquet trial store: one small file per trial, written atomically.
 
 Layout under the study folder ``<out>``::
 
@@ -34,6 +34,7 @@ from rayspec._types import RequestRecord
 from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
+from rayspec._types import accept_histogram
 from rayspec.store._base import BaseTrialStore
 
 __all__ = [
@@ -85,6 +86,9 @@ TRIAL_SCHEMA = pa.schema(
         ("alarm", pa.string()),  # the acceptance alarm's hint, when it fired
         ("run_values", pa.string()),  # JSON per-run objective values (comparisons, resume)
         ("rayspec_version", pa.string()),
+        # verify steps by drafts accepted, over the trial's measured requests (derived from
+        # them: bench.accept_histogram; null without speculation or without requests)
+        ("accept_histogram", pa.list_(pa.int64())),
     ]
 )
 """Fixed columns; the float64 metric columns of :func:`trial_schema` follow them."""
@@ -150,6 +154,7 @@ REQUEST_SCHEMA = pa.schema(
         ("failure", pa.string()),  # a FailureReason value (null: the request succeeded)
         ("error", pa.string()),  # the failure's message
         ("output_ids", pa.list_(pa.int64())),  # the greedy output, for the correctness gate
+        ("accept_histogram", pa.list_(pa.int64())),  # verify steps by drafts accepted
     ]
 )
 
@@ -190,6 +195,10 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def _ints(values: Sequence[int] | None) -> list[int] | None:
+    return None if values is None else [int(v) for v in values]
+
+
 def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
     rows = [
         {
@@ -211,6 +220,7 @@ def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
             "failure": r.failure.value if r.failure is not None else None,
             "error": r.error,
             "output_ids": list(r.output_ids) if r.output_ids is not None else None,
+            "accept_histogram": _ints(r.accept_histogram),
         }
         for r in records
     ]
@@ -221,6 +231,7 @@ def request_record(row: Mapping[str, Any]) -> RequestRecord:
     """A stored request row as the record it was written from (the inverse of
     :func:`request_rows`; a row written before the ``failure`` column reads as unknown)."""
     ids = row.get("output_ids")
+    hist = row.get("accept_histogram")
     verify = row.get("spec_verify_ct")
     return RequestRecord(
         scenario=str(row["scenario"]), run=int(row["run"]), index=int(row["index"]),
@@ -233,6 +244,7 @@ def request_record(row: Mapping[str, Any]) -> RequestRecord:
         accept_length=_float(row.get("accept_length")), error=row.get("error"),
         output_ids=tuple(int(i) for i in ids) if ids is not None else None,
         failure=row.get("failure"),
+        accept_histogram=tuple(int(n) for n in hist) if hist is not None else None,
     )  # fmt: skip
 
 
@@ -285,6 +297,7 @@ def trial_row(record: TrialRecord | TrialResult, scenarios: Sequence[str] = ()) 
         if record.run_values
         else None,
         "rayspec_version": __version__,
+        "accept_histogram": _ints(accept_histogram(result.requests)),
     }
     schema = trial_schema(scenarios)
     declared = set(schema.names)

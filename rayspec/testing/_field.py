@@ -1,4 +1,5 @@
-"""The field's reference settings (../shared/DESIGN.md), for tests, benchmarks and examples."""
+"""The field's reference settings (docs/twin-model.md, *The field measurements*), for tests,
+benchmarks and examples."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ class SimulatedTrials:
                         prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
                         ttft_ms=r.ttft_ms, e2e_ms=r.e2e_ms, itl_ms=(), start_unix_s=start,
                         spec_verify_ct=r.verify_ct, accept_length=r.accept_length,
-                        output_ids=r.output_ids,
+                        output_ids=r.output_ids, accept_histogram=r.correct_drafts_histogram,
                     )
                 )  # fmt: skip
             wall = sum(rec.e2e_ms for rec in records) / 1000.0

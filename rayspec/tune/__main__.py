@@ -165,6 +165,7 @@ def _run(cfg: ExperimentConfig) -> int:
     from rayspec.tune._driver import idle_reason
     from rayspec.tune._driver import run_study
     from rayspec.tune._progress import make_progress
+    from rayspec.tune._report import TWIN_SCRIPT
     from rayspec.tune._report import deploy_config
     from rayspec.tune._report import deploy_warnings
     from rayspec.tune._report import format_table
@@ -178,7 +179,9 @@ def _run(cfg: ExperimentConfig) -> int:
     idle = idle_reason(cfg)  # decided before Ray starts: a finished study costs no cluster
     if idle:
         _say(f"nothing left to run: {idle}; {_more_hint(cfg, idle)}")
-        outcome = run_study(cfg, printer=_say)
+        # The report too: its launch command and best.sh (written below) are both built from
+        # this experiment, so a changed server.port reaches both.
+        outcome = run_study(cfg, printer=_say, write_report=True)
     else:
         cluster = connect(cfg)
         # ray.init installs its own SIGTERM handler (it aborts the process): ours goes on top,
@@ -224,7 +227,8 @@ def _run(cfg: ExperimentConfig) -> int:
     if tiers is not None:
         tiers_path, tiers_line, found = tiers
         per_load = ", ".join(
-            f"{bs} -> {entry['candidate_steps'][0]} steps" for bs, entry in found.tiers.items()
+            f"{bs} -> {plural(entry['candidate_steps'][0], 'step')}"
+            for bs, entry in found.tiers.items()
         )
         print(f"adaptive tiers (concurrency {per_load}): {tiers_path}")
         print(f"  one server for every load:  {tiers_line}")
@@ -243,6 +247,9 @@ def _run(cfg: ExperimentConfig) -> int:
         for note in deploy_warnings(report.best):
             print(f"  warning: {note}")
         print(f"  launch it:  {paths[1]}")
+        if cfg.server.engine is Engine.twin:
+            twin_sh = os.path.join(os.path.dirname(paths[1]), TWIN_SCRIPT)
+            print(f"  on the twin: {twin_sh} (here, without GPUs)")
         print(f"  details:    {paths[0]}")
     print(f"  trials:     {os.path.join(cfg.out_dir, 'trials')}/ (Parquet, one file per trial)")
     dashboard = installed_command("optuna-dashboard")

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import RequestRecord
 
@@ -88,8 +89,9 @@ class Verdict:
     def describe(self, gate_tokens: int, reference_trial: int) -> str:
         return (
             f"{self.diverged_early} of {self.compared} outputs differ from the baseline's "
-            f"(trial {reference_trial}) within the first {gate_tokens} tokens (first difference "
-            f"at token {self.median_divergence:.0f}, median): a fast wrong answer"
+            f"(trial {reference_trial}) within the first {plural(gate_tokens, 'token')} "
+            f"(first difference at token {self.median_divergence:.0f}, median): "
+            "a fast wrong answer"
         )
 
 
@@ -159,7 +161,7 @@ def acceptance_alarm(
         and spec.num_draft_tokens - 1 >= best.steps
         and math.isfinite(best.accept_length)
     ):
-        what = f"trial {best.trial}, the best chain ({best.steps} steps)"
+        what = f"trial {best.trial}, the best chain ({plural(best.steps, 'step')})"
         refs.append((best.accept_length, what))
     for ref, what in refs:
         if accept_length < ALARM_RATIO * ref:
@@ -203,7 +205,7 @@ class OutputGate:
             return ""
         self.enabled = False
         self.off_reason = (
-            f"two starts of the baseline differ within {self.gate_tokens} tokens in "
+            f"two starts of the baseline differ within {plural(self.gate_tokens, 'token')} in "
             f"{verdict.diverged_early} of {verdict.compared} outputs: this engine's greedy output "
             "is not deterministic enough for the correctness gate, which is off for this study"
         )

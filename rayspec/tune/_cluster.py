@@ -1,20 +1,27 @@
 """Connecting to Ray: a private local cluster by default, or the configured address.
 
-A bare ``ray.init()`` would silently join a cluster someone else started (stack-notes §3.4), so a
-local cluster is always ``address="local"``, and resources are given only when we start it.
+A bare ``ray.init()`` would silently join a cluster someone else started, so a local cluster is
+always ``address="local"``, and resources are given only when we start it (Ray refuses
+``num_cpus``/``num_gpus`` when joining). The private cluster listens on loopback only
+(:mod:`rayspec.tune._loopback`); a joined cluster keeps its own binding and auth setting.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
+from rayspec._exceptions import RayspecError
 from rayspec._plural import plural
+from rayspec.tune._loopback import LOOPBACK
+from rayspec.tune._loopback import is_loopback
+from rayspec.tune._loopback import loopback_node
+from rayspec.tune._loopback import loopback_supported
 
 __all__ = ["ClusterHandle", "connect", "disconnect", "room"]
 
@@ -71,13 +78,6 @@ def room(tp_size: int, node_resource: str = "", max_concurrent_trials: int = 0) 
     return min(fit, max_concurrent_trials) if max_concurrent_trials > 0 else fit
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def connect(cfg: ExperimentConfig) -> ClusterHandle:
     """Start or join Ray and work out how many trials fit at once.
 
@@ -86,11 +86,16 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     cl = cfg.cluster
-    if not cl.address and _is_loopback(cl.dashboard_host):
-        # A loopback-only dashboard on a private cluster: no token file, no warning. Set
-        # RAY_AUTH_MODE=token yourself on a shared machine (stack-notes §3.2).
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
+
+    on_loopback = not cl.address and loopback_supported()
+    chose_no_auth = False
+    if on_loopback and is_loopback(cl.dashboard_host) and "RAY_AUTH_MODE" not in os.environ:
+        # Nothing of the private cluster is reachable from another machine: no token file,
+        # no warning. Otherwise Ray's own default (a token) stands; RAY_AUTH_MODE=token also
+        # keeps other users of this machine out of its loopback ports.
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        chose_no_auth = True
 
     tp = cfg.server.tp_size
     if cl.address:
@@ -99,18 +104,26 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
         num_gpus = cl.num_gpus
         if num_gpus is None and cfg.server.engine is Engine.twin:
             num_gpus = tp * max(1, cl.max_concurrent_trials)  # the twin's GPUs are declared
-        ctx = ray.init(
-            address="local",
-            num_cpus=cl.num_cpus,
-            num_gpus=num_gpus,
-            # The private cluster's one node is a usable node.
-            resources={cl.node_resource: 1.0} if cl.node_resource else None,
-            include_dashboard=cl.include_dashboard,
-            dashboard_host=cl.dashboard_host,
-            dashboard_port=cl.dashboard_port,
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-        )
+        with loopback_node() if on_loopback else nullcontext():
+            ctx = ray.init(
+                address="local",
+                num_cpus=cl.num_cpus,
+                num_gpus=num_gpus,
+                # The private cluster's one node is a usable node.
+                resources={cl.node_resource: 1.0} if cl.node_resource else None,
+                include_dashboard=cl.include_dashboard,
+                dashboard_host=cl.dashboard_host,
+                dashboard_port=cl.dashboard_port,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+        node_ip = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+        if chose_no_auth and node_ip != LOOPBACK:
+            ray.shutdown()
+            raise RayspecError(
+                f"the private Ray cluster took node IP {node_ip}, not {LOOPBACK}, so it would "
+                "listen beyond loopback with auth off; set RAY_AUTH_MODE=token and run again"
+            )
     nodes = _usable_nodes(cl.node_resource)
     gpus = sum(n.get("GPU", 0.0) for n in nodes)
     capacity = room(tp, cl.node_resource)
@@ -121,8 +134,8 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
                 f"cluster.node_resource: no alive node declares {cl.node_resource!r}"
             )
         raise ConfigError(
-            f"server.tp_size: a trial needs {tp} GPUs on one node and no "
-            f"{'usable ' if cl.node_resource else ''}node has them ({gpus:g} GPUs in all)"
+            f"server.tp_size: a trial needs {plural(tp, 'GPU')} on one node and no "
+            f"{'usable ' if cl.node_resource else ''}node has them ({plural(gpus, 'GPU')} in all)"
         )
     wanted = cl.max_concurrent_trials or capacity
     return ClusterHandle(

@@ -66,6 +66,7 @@ from rayspec.tune._decide import cannot_beat
 from rayspec.tune._decide import comparison_metrics
 from rayspec.tune._held import HeldTrials
 from rayspec.tune._metrics import StudyMetrics
+from rayspec.tune._metrics import record_exporter
 from rayspec.tune._progress import PickView
 from rayspec.tune._progress import PlainProgress
 from rayspec.tune._report import StudyReport
@@ -290,7 +291,7 @@ class _Budget:
         if self.restarts + in_flight >= self.max_restarts:
             return f"restart budget spent ({self.max_restarts} server launches)"
         if self.n_trials is not None and self.told + in_flight + held >= self.n_trials:
-            return f"study.n_trials reached ({self.n_trials} trials)"
+            return f"study.n_trials reached ({plural(self.n_trials, 'trial')})"
         if self.max_wall_s is not None and time.monotonic() - self.t0 >= self.max_wall_s:
             return f"study.max_wall_s reached ({self.max_wall_s:g} s)"
         return ""
@@ -403,7 +404,7 @@ def run_study(
     if done_before:
         printer(
             f"resuming study {cfg.study.name}: {plural(done_before, 'trial')} done, "
-            f"{budget.restarts} of {budget.max_restarts} restarts used"
+            f"{budget.restarts} of {plural(budget.max_restarts, 'restart')} used"
         )
     idle = budget.why_not(0)
     if idle:
@@ -413,6 +414,8 @@ def run_study(
             equivalent=load_equivalence(cfg.out_dir)
             if cfg.study.sampler is Sampler.structured else None,
         )  # fmt: skip
+        if write_report:  # from this experiment, as best.sh is (a changed port reaches both)
+            _write_report(cfg, printer)
         return StudyOutcome(
             final, 0, done_before, time.monotonic() - t0, restarts=budget.restarts, stopped=idle
         )
@@ -432,6 +435,7 @@ def run_study(
     show.set_pick(*_pick_line(records, roles, cfg, equivalent))  # a resume's best, from the start
     ledger = _load_ledger(cfg, records, roles)
     study_metrics = StudyMetrics(cfg.study.name, cfg.study.max_restarts, records)  # Ray's metrics
+    record_exporter(cfg.out_dir, cfg.study.name)  # for python -m rayspec.metrics
     scenario = objective_scenario(cfg)
     live: dict[int, TrialHandle] = {}  # trial number -> trial, for intermediate values
     evidence_at_start: dict[int, Evidence] = {}
@@ -828,7 +832,8 @@ def _instant_result(
             candidate,
             FailureReason.INFEASIBLE,
             f"num_draft_tokens {spec.num_draft_tokens} - 1 exceeds the draft tree's "
-            f"{spec.tree_capacity} nodes (topk {spec.eagle_topk}, {spec.num_steps} steps): "
+            f"{spec.tree_capacity} nodes (topk {spec.eagle_topk}, "
+            f"{plural(spec.num_steps, 'step')}): "
             "SGLang would fail at the first decode, so it was not launched",
         ), None
     if trial.retry_of is not None:

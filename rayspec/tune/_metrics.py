@@ -31,7 +31,7 @@ from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
 
-__all__ = ["StudyMetrics"]
+__all__ = ["StudyMetrics", "record_exporter"]
 
 _log = logging.getLogger(__name__)
 
@@ -146,3 +146,25 @@ class StudyMetrics:
             _log.warning("Ray metrics update failed (%s: %s): no longer exported",
                          type(exc).__name__, exc)  # fmt: skip
             self._metrics, self._disabled = None, True
+
+
+def record_exporter(out_dir: str, study: str) -> str | None:
+    """Write where the driver node exports this study's metrics into the study folder, for
+    ``python -m rayspec.metrics`` (the driver's metrics are exported by its own node). Returns
+    the file's path; None where Ray does not say (never the study's failure)."""
+    from rayspec.metrics import write_exporter_file
+
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        ctx = ray.get_runtime_context()
+        node_id = ctx.get_node_id()
+        for node in ray.nodes():  # type: ignore[no-untyped-call]
+            if node.get("NodeID") == node_id and node.get("MetricsExportPort"):
+                address = f"{node['NodeManagerAddress']}:{int(node['MetricsExportPort'])}"
+                return write_exporter_file(out_dir, study, address, ctx.get_session_name())
+    except Exception as exc:  # noqa: BLE001 - metrics are optional, never the study's failure
+        _log.warning("Ray metrics exporter not recorded (%s: %s)", type(exc).__name__, exc)
+    return None

@@ -15,6 +15,8 @@ from typing import Any
 
 import ray
 
+from rayspec._plural import plural
+
 __all__ = ["PlacementTimeout", "await_placement", "waiting_for"]
 
 _FIRST_NOTE_S = 10.0  # placement is normally at once: say something after this long
@@ -32,7 +34,7 @@ class PlacementTimeout(Exception):
 def waiting_for(gpus: float, node_resource: str) -> str:
     """``8 GPUs on one node with h200``: what a trial waits for."""
     kind = f" with {node_resource}" if node_resource else ""
-    return f"{gpus:g} GPUs on one node{kind}"
+    return f"{plural(gpus, 'GPU')} on one node{kind}"
 
 
 def await_placement(ref: Any, *, what: str, timeout_s: float, note: Callable[[str], None]) -> Any:

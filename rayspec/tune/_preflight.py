@@ -14,6 +14,7 @@ from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._config import cluster_endpoint
 from rayspec._exceptions import ConfigError
+from rayspec._plural import plural
 from rayspec.search import SearchSpace
 from rayspec.search import validate_enqueue
 from rayspec.search._study import check_grid
@@ -285,8 +286,8 @@ def _check_twin(cfg: ExperimentConfig) -> None:
     gpus = profile.hardware.n_ranks
     if cfg.server.tp_size > gpus:  # the twin, like SGLang, would fail to start every trial
         raise ConfigError(
-            f"server.tp_size: {cfg.server.tp_size} is more than the {gpus} GPUs of the "
-            f"twin's node (profile {twin.profile}); use server.tp_size={gpus} or a profile "
+            f"server.tp_size: {cfg.server.tp_size} is more than the {plural(gpus, 'GPU')} of "
+            f"the twin's node (profile {twin.profile}); use server.tp_size={gpus} or a profile "
             "with more ranks"
         )
     if twin.fault:

@@ -24,6 +24,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StoreError
+from rayspec._plural import plural
 from rayspec._text import one_line
 from rayspec._text import shell_quote
 from rayspec._types import Candidate
@@ -49,6 +50,7 @@ __all__ = [
     "load_space",
     "observations_from_records",
     "save_space",
+    "twin_script",
     "write_best",
 ]
 
@@ -353,6 +355,7 @@ def format_table(report: StudyReport, limit: int = 10) -> str:
 
 MODEL_PLACEHOLDER = "${MODEL_PATH}"
 DRAFT_PLACEHOLDER = "${DRAFT_MODEL_PATH}"
+TWIN_SCRIPT = "best-twin.sh"  # a twin study's pick, served by the twin where the study ran
 
 
 def deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -382,8 +385,8 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
     # comment and make the rest a command of the script.
     comments = [
         f"rayspec study {cfg.study.name}, trial {row.trial}: {row.label}",
-        f"{row.tok_s_mean:.1f} tok/s ({row.starts} server starts x "
-        f"{row.runs // max(1, row.starts)} runs pooled), {row.tok_s_peak:.1f} peak, "
+        f"{row.tok_s_mean:.1f} tok/s ({plural(row.starts, 'server start')} x "
+        f"{plural(row.runs // max(1, row.starts), 'run')} pooled), {row.tok_s_peak:.1f} peak, "
         f"{vs} vs baseline" + (f" ({baseline.tok_s_mean:.1f} tok/s)" if baseline else ""),
     ]
     if cfg.server.engine is Engine.twin:
@@ -391,12 +394,35 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
             f"MEASURED ON THE DIGITAL TWIN (profile {cfg.server.twin.profile}), not on GPUs: "
             "re-measure on a real node before deploying."
         )
+        comments.append(f"Without GPUs: {TWIN_SCRIPT} beside this file serves it on the twin.")
     lines = ["#!/usr/bin/env bash", *(f"# {one_line(text)}" for text in comments)]
     lines += ["set -euo pipefail"]
     if launch.unset_env:
         lines.append("unset " + " ".join(launch.unset_env))
     lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
     lines.append("exec " + " ".join(quoted) + ' "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def twin_script(cfg: ExperimentConfig, row: Row) -> str:
+    """A twin study's pick on the twin, where the study ran: ``python -m rayspec.twin.server``
+    with best.sh's flags and environment, the study's interpreter, no injected fault."""
+    twin = dataclasses.replace(cfg.server.twin, fault="")
+    tcfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, twin=twin))
+    launch = build_launch(tcfg, row.candidate, port=cfg.server.port, log_path="-", trial=row.trial)
+    lines = [
+        "#!/usr/bin/env bash",
+        "# "
+        + one_line(
+            f"rayspec study {cfg.study.name}, trial {row.trial}, on the digital twin "
+            "(simulated): best.sh beside this file is the real SGLang launch."
+        ),
+        "set -euo pipefail",
+    ]
+    if launch.unset_env:
+        lines.append("unset " + " ".join(launch.unset_env))
+    lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
+    lines.append("exec " + " ".join(shell_quote(a) for a in launch.argv) + ' "$@"')
     return "\n".join(lines) + "\n"
 
 
@@ -444,6 +470,12 @@ def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | 
     _write_text(yaml_path, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
     _write_text(sh_path, deploy_script(cfg, best, base))
     os.chmod(sh_path, 0o755)
+    twin_path = os.path.join(out, TWIN_SCRIPT)
+    if cfg.server.engine is Engine.twin:
+        _write_text(twin_path, twin_script(cfg, best))
+        os.chmod(twin_path, 0o755)
+    elif os.path.exists(twin_path):
+        os.remove(twin_path)  # a real study's folder holds no twin line
     return yaml_path, sh_path
 
 

@@ -3,8 +3,9 @@
 With several concurrency scenarios the best static configuration differs by load (on the twin,
 speculation gains at concurrency 1 and loses at 16). SGLang's adaptive mode takes a JSON file
 of tiers, one per batch size, each with the steps it may use
-(``--speculative-adaptive-config``; sglang-contract §4). :func:`adaptive_tiers` turns the
-measured best chain (or no speculation: 0 steps) of each scenario into that file, so one server
+(``--speculative-adaptive-config``; docs/sglang.md, *Speculative rules*).
+:func:`adaptive_tiers` turns the measured best chain (or no speculation: 0 steps) of each scenario
+into that file, so one server
 follows the load with the steps each load measured best. Only topk-1 chains qualify: adaptive
 steps are chains.
 

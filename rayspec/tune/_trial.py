@@ -21,6 +21,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
+from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import LaunchSpec
 from rayspec._types import RequestRecord
@@ -526,7 +527,7 @@ def trial_result(
         start_unix_s=start,
         end_unix_s=time.time(),
         failure_detail=(
-            f"pruned after {len(measured)} of {planned} runs: cannot beat the incumbent"
+            f"pruned after {len(measured)} of {plural(planned, 'run')}: cannot beat the incumbent"
             if pruned
             else ""
         ),

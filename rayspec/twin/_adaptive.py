@@ -6,7 +6,7 @@ every ``update_interval`` verify batches, moves ``num_steps`` among its ``candid
 (drop below ``step - 0.5 + down_hysteresis``, rise above ``step - 0.5 + up_hysteresis``;
 step 0 is plain decoding and probes the smallest positive step next). A batch routes to the
 largest tier key not above it. The controller is exact; what a step costs is the twin's
-[est] model (twin-model.md has no adaptive measurement).
+[est] model (docs/twin-model.md has no adaptive measurement).
 
 Example:
     >>> steps = AdaptiveSteps(3, load_tiers(None))

@@ -1,4 +1,4 @@
-"""SGLang's HTTP API for the twin (``sglang-contract.md`` §5), on aiohttp.
+"""SGLang's HTTP API for the twin (``docs/sglang.md``, *HTTP API*), on aiohttp.
 
 Shapes follow SGLang 0.5.23: ``/generate`` with cumulative SSE chunks and ``meta_info``; the
 OpenAI ``/v1/completions`` and ``/v1/chat/completions`` streams with an optional usage chunk;
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -86,6 +87,8 @@ FLUSH_BUSY = (
     "Cache not flushed.\nPlease check backend logs for more details. (When there are running "
     "or waiting requests, the operation will not be performed.)\n"
 )
+# The twin's own resolved values, not SGLang server arguments: left out of /server_info.
+_TWIN_ARGS = frozenset({"twin_version", "cuda_graph_decode_enabled"})
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -136,7 +139,8 @@ def plan_end(ids: list[int], eos_at: int, max_new_tokens: int, stops: Stops) -> 
     """How many tokens a request generates, and how it ends.
 
     Args:
-        ids: the completion's token ids, ``max_new_tokens`` of them.
+        ids: the completion's token ids: ``max_new_tokens`` of them, or up to the
+            end-of-sequence token where the request can end there.
         eos_at: the position (1-based) of the model's end-of-sequence token.
         max_new_tokens: the budget.
         stops: the request's stop conditions (none is checked before ``min_new_tokens``).
@@ -164,6 +168,12 @@ def plan_end(ids: list[int], eos_at: int, max_new_tokens: int, stops: Stops) -> 
     if eos:  # the EOS token itself is generated (and counted), and has no text
         return eos_at, _End({"type": "stop", "matched": EOS_TOKEN_ID})
     return max_new_tokens, _End({"type": "length", "length": max_new_tokens})
+
+
+def _max_new_tokens(params: Mapping[str, Any], unlimited: Callable[[], int]) -> int:
+    """``sampling_params.max_new_tokens``: 128 when absent, ``unlimited()`` when null."""
+    value = params.get("max_new_tokens", 128)
+    return unlimited() if value is None else int(value)
 
 
 def _sse(obj: Any) -> bytes:
@@ -222,6 +232,7 @@ class TwinServer:
         self.launch_command = launch_command
         self.state = ServerState.LOADING
         self.startup_time = time.time()
+        self.ready_time = self.startup_time  # set when the server is ready
         self.model_name = str(self.args.get("served_model_name") or self.args["model_path"])
         self.health_timeout_s = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
         self.on_request_start: Callable[[], None] | None = None
@@ -326,14 +337,27 @@ class TwinServer:
             }
         )
 
+    def _startup_phases(self) -> dict[str, Any]:
+        """SGLang's ``startup_time``: seconds per startup phase (the twin's whole start is
+        counted as the scheduler's)."""
+        graphs = ("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+                  "draft_extend")  # fmt: skip
+        return {
+            "load_weight": 0.0,
+            "kv_cache_allocation": 0.0,
+            "scheduler_e2e": max(0.0, self.ready_time - self.startup_time),
+            "cuda_graph": dict.fromkeys(graphs, 0.0),
+        }
+
     def server_info_dict(self) -> dict[str, Any]:
         """The ``/server_info`` body (also used by the metrics and tests)."""
-        args = dict(self.args)
+        args = {k: v for k, v in self.args.items() if k not in _TWIN_ARGS}
         internal: dict[str, Any] = dict(args)
+        phases = self._startup_phases()
         internal.update(
             {
                 "world_size": args["tp_size"],
-                "startup_time": self.startup_time,
+                "startup_time": phases,
                 "effective_max_running_requests_per_dp": self.engine.cap,
                 "last_gen_throughput": self.engine.stats.last_gen_throughput,
                 "memory_usage": {
@@ -341,7 +365,8 @@ class TwinServer:
                     "kvcache": 0.0,
                     "startup_available": 0.0,
                     "token_capacity": self.engine.max_total_tokens,
-                    "graph": {},
+                    "token_capacity_swa": None,
+                    "graph": dict(phases["cuda_graph"]),
                 },
             }
         )
@@ -357,7 +382,7 @@ class TwinServer:
                 "launch_command": self.launch_command,
                 "version": self.version_text,
                 "frontend": "python",
-                "startup_time": self.startup_time,
+                "startup_time": {**phases, "tokenizer_e2e": phases["scheduler_e2e"]},
                 "kv_events": None,
                 "internal_states": [internal],
                 "rayspec_twin": self.twin_info,
@@ -405,6 +430,7 @@ class TwinServer:
             "created": int(self.startup_time),
             "owned_by": "sglang",
             "root": model,
+            "parent": None,  # set only for a LoRA adapter's card (its base model)
             "max_model_len": self.args.get("context_length"),
         }
 
@@ -422,7 +448,8 @@ class TwinServer:
         return web.json_response(self._card(model))
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        """``POST /tokenize`` and ``/v1/tokenize``: ``{"prompt": str | [str]}`` to
+        """``POST /tokenize`` and ``/v1/tokenize``: ``{"prompt": str | [str]}`` or
+        ``{"messages": [...]}`` (the chat prompt, as ``/v1/chat/completions`` counts it) to
         ``{"tokens", "count", "max_model_len"}``, in twin tokens (one per word, as
         ``/generate`` counts a prompt)."""
         body, refused = await self._json_body(request)
@@ -430,6 +457,12 @@ class TwinServer:
             return refused
         prompt = body.get("prompt")
         max_len = int(self.args.get("context_length") or -1)
+        if body.get("messages") is not None:  # SGLang takes messages before prompt
+            chat = chat_prompt(body["messages"])
+            if isinstance(chat, str):
+                return _error(400, chat)
+            ids = encode(chat[1])
+            return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": max_len})
         if isinstance(prompt, str):
             ids = encode(prompt)
             return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": max_len})
@@ -440,20 +473,25 @@ class TwinServer:
         return _error(400, f"Invalid prompt type: {type(prompt)}. Expected str or List[str].")
 
     async def detokenize(self, request: web.Request) -> web.Response:
-        """``POST /detokenize`` and ``/v1/detokenize``: ``{"tokens": [int] | [[int]]}`` to
-        ``{"text"}``."""
+        """``POST /detokenize`` and ``/v1/detokenize``: ``{"tokens": [int] | [[int]],
+        "skip_special_tokens": bool}`` to ``{"text"}`` (the end-of-sequence token has text only
+        with ``skip_special_tokens`` false)."""
         body, refused = await self._json_body(request)
         if refused is not None:
             return refused
         tokens = body.get("tokens")
+        skip = body.get("skip_special_tokens", True)
+        if not isinstance(skip, bool):
+            return _error(400, "Invalid input: 'skip_special_tokens' must be a boolean.")
         if isinstance(tokens, list) and not tokens:
             return web.json_response({"text": ""})
         if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens):
-            return web.json_response({"text": detokenize(tokens)})
+            return web.json_response({"text": detokenize(tokens, skip_special_tokens=skip)})
         if isinstance(tokens, list) and all(
             isinstance(ts, list) and all(isinstance(t, int) for t in ts) for ts in tokens
         ):
-            return web.json_response({"text": [detokenize(ts) for ts in tokens]})
+            texts = [detokenize(ts, skip_special_tokens=skip) for ts in tokens]
+            return web.json_response({"text": texts})
         return _error(400, "Invalid input: 'tokens' must be a list of integers or of lists of "
                       "integers.")  # fmt: skip
 
@@ -473,16 +511,28 @@ class TwinServer:
             "is_cuda_graph": 1.0 if eng.graph_enabled else 0.0,
             "spec_accept_length": eng.stats.last_accept_length,
             "spec_accept_rate": eng.stats.last_accept_rate,
+            # no prefix cache, no retraction, no DSpark in the twin: SGLang's series, at zero
+            "context_len": float(self.args.get("context_length") or 0),
+            "page_size": float(self.args.get("page_size") or 1),
+            "kv_used_tokens": eng.used_tokens,
+            "kv_available_tokens": eng.max_total_tokens - eng.used_tokens,
+            "num_retracted_reqs": 0.0,
+            "num_paused_reqs": 0.0,
+            "startup_time_seconds": max(0.0, self.ready_time - self.startup_time),
         }
         counters: dict[str, float] = {
             "prompt_tokens_total": eng.stats.prompt_tokens,
             "generation_tokens_total": eng.stats.generated_tokens,
             "num_requests_total": eng.stats.requests,
+            "cached_tokens_total": 0.0,
         }
         if self.version >= (0, 5, 18):
             gauges["spec_num_steps"] = spec.num_steps if spec else 0
             gauges["spec_num_draft_tokens"] = spec.num_draft_tokens if spec else 0
-            counters["spec_verify_calls_total"] = eng.stats.verify_calls
+            gauges["spec_cap_length"] = 0.0
+            gauges["spec_block_accept_length"] = 0.0
+            if spec is not None:  # SGLang registers the verify counter with speculation only
+                counters["spec_verify_calls_total"] = eng.stats.verify_calls
         text = self.metrics.render(gauges, counters)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
@@ -509,11 +559,16 @@ class TwinServer:
         if self.on_request_start is not None:
             self.on_request_start()
         budget = max(0, max_new_tokens)
-        ids = completion_ids(self.seed, prompt_key, budget)
+        stops = stops or Stops()
+        eos_at = eos_position(self.seed, prompt_key)
+        # The tokens past end-of-sequence are never generated: a budget without limit (up to
+        # the context length) costs no more than the answer.
+        ends_at_eos = not stops.ignore_eos and stops.min_new_tokens < eos_at
+        needed = min(budget, eos_at) if ends_at_eos else budget
+        ids = completion_ids(self.seed, prompt_key, needed)
         if self.corrupt_outputs:
             ids = corrupt_ids(ids, prompt_key)
-        eos_at = eos_position(self.seed, prompt_key)
-        n, end = plan_end(ids, eos_at, budget, stops or Stops())
+        n, end = plan_end(ids, eos_at, budget, stops)
         ended_by_eos = end.finish["type"] == "stop" and end.finish["matched"] == EOS_TOKEN_ID
         ids = ids[: n - 1] + [EOS_TOKEN_ID] if ended_by_eos else ids[:n]
         req = self.engine.submit(
@@ -546,21 +601,61 @@ class TwinServer:
             text = text[: end.trim_at]
         return text
 
-    def meta_info(self, req: GenRequest, final: bool) -> dict[str, Any]:
+    def meta_info(
+        self, req: GenRequest, final: bool, *, first: bool = False, stream: bool = False
+    ) -> dict[str, Any]:
+        """A ``/generate`` answer's ``meta_info`` (``first``: the first chunk of a stream).
+
+        SGLang 0.5.23's fields: the scheduler's timings with ``--enable-metrics``, the time
+        the answer was first sent (a stream's first chunk; the final one with metrics or
+        without streaming), and on the final chunk the end-to-end latency, the weight
+        versions and the speculative fields.
+        """
+        metrics = self.metrics is not None
+        unix = time.time() - time.monotonic()  # engine times are monotonic
+        first_token = req.first_token_s if req.first_token_s is not None else req.arrival_s
         meta: dict[str, Any] = {
             "id": req.rid,
             "finish_reason": self._finish(req) if final else None,
             "prompt_tokens": req.prompt_tokens,
             "weight_version": "default",
-            "completion_tokens": req.output_tokens,
-            "cached_tokens": 0,
-            "reasoning_tokens": 0,
             "num_retractions": 0,
         }
+        if metrics:
+            meta.update(
+                {
+                    "storage_prefetch_wait": 0.0,
+                    "storage_staging_wait": 0.0,
+                    "forward_entry_time": unix + req.arrival_s,
+                    "prefill_finished_time": unix + first_token,
+                    "queue_time": 0.0,
+                }
+            )
+        meta.update(
+            {"reasoning_tokens": 0, "completion_tokens": req.output_tokens, "cached_tokens": 0}
+        )
+        if final:
+            meta["weight_versions"] = _weight_versions(req.output_tokens)
+        meta["cached_tokens_details"] = {"device": 0, "host": 0}
+        meta["dp_rank"] = None
+        if first or (final and (metrics or not stream)):
+            meta["response_sent_to_client_ts"] = unix + first_token
         if final:
             end = req.finished_s if req.finished_s is not None else time.monotonic()
             meta["e2e_latency"] = end - req.arrival_s
             meta.update(req.meta_spec(self.engine.spec, self.version))
+            if metrics:
+                decode_s = end - first_token
+                meta.update(
+                    {
+                        "request_received_ts": unix + req.arrival_s,
+                        "first_token_latency": first_token - req.arrival_s,
+                        "api_server_dispatch_finish_ts": unix + req.arrival_s,
+                        "request_finished_ts": unix + end,
+                    }
+                )
+                if req.output_tokens > 1 and decode_s > 0:
+                    meta["decode_throughput"] = (req.output_tokens - 1) / decode_s
         return meta
 
     async def _run_to_end(self, req: GenRequest) -> None:
@@ -655,7 +750,7 @@ class TwinServer:
             self.submit(
                 key,
                 n,
-                int(one.get("max_new_tokens", 128)),
+                _max_new_tokens(one, functools.partial(self._unlimited_budget, n)),
                 rid=(r if len(keys) == 1 else None) or None,
                 stops=stop,
             )
@@ -681,7 +776,9 @@ class TwinServer:
                 emitted[i] += 1
                 if not req.finished and emitted[i] % interval:
                     continue
-                obj = self._generate_obj(req, final=req.finished, since=sent[i])
+                obj = self._generate_obj(
+                    req, final=req.finished, since=sent[i], first=not sent[i], stream=True
+                )
                 sent[i] = req.output_tokens
                 if is_batch:
                     obj["index"] = i
@@ -696,18 +793,18 @@ class TwinServer:
             raise
         return resp
 
-    def _generate_obj(self, req: GenRequest, final: bool, since: int = 0) -> dict[str, Any]:
+    def _generate_obj(
+        self, req: GenRequest, final: bool, since: int = 0, first: bool = False,
+        stream: bool = False,
+    ) -> dict[str, Any]:  # fmt: skip
         ids = req.output_so_far
+        meta = self.meta_info(req, final, first=first, stream=stream)
         if self.args.get("incremental_streaming_output"):
-            return {
-                "text": delta_text(ids, since),
-                "output_ids": ids[since:],
-                "meta_info": self.meta_info(req, final),
-            }
+            return {"text": delta_text(ids, since), "output_ids": ids[since:], "meta_info": meta}
         return {
             "text": self.text_of(req, final),
             "output_ids": ids,
-            "meta_info": self.meta_info(req, final),
+            "meta_info": meta,
         }
 
     async def _die_forever(self) -> web.Response:
@@ -718,19 +815,48 @@ class TwinServer:
     # ------------------------------------------------------------------ OpenAI
 
     def _usage(self, req: GenRequest) -> dict[str, Any]:
+        """SGLang's ``UsageInfo``, every field (``prompt_tokens_details`` is set with
+        ``--enable-cache-report``; ``completion_tokens_details`` only when there are reasoning
+        tokens, never here)."""
         usage: dict[str, Any] = {
             "prompt_tokens": req.prompt_tokens,
             "total_tokens": req.prompt_tokens + req.output_tokens,
             "completion_tokens": req.output_tokens,
             "prompt_tokens_details": None,
             "reasoning_tokens": 0,
+            "completion_tokens_details": None,
         }
         if self.args.get("enable_cache_report"):
             usage["prompt_tokens_details"] = {"cached_tokens": 0}
         return usage
 
-    def _sglext(self, req: GenRequest) -> dict[str, Any]:
-        return {"spec_tokens_details": req.meta_spec(self.engine.spec, self.version)}
+    def _sglext(self, req: GenRequest) -> dict[str, Any] | None:
+        """The response-level ``sglext`` of ``return_spec_tokens_details``: SGLang's
+        ``SpecTokensDetails`` (every field, the DSpark ones zero); None without speculation."""
+        meta = req.meta_spec(self.engine.spec, self.version)
+        if not meta:
+            return None
+        details = {
+            "spec_accept_rate": float(meta.get("spec_accept_rate") or 0.0),
+            "spec_accept_length": float(meta.get("spec_accept_length") or 0.0),
+            "spec_cap_length": 0.0,
+            "spec_block_accept_length": 0.0,
+            "spec_num_correct_drafts": int(meta.get("spec_num_correct_drafts") or 0),
+            "spec_num_proposed_drafts": int(meta.get("spec_num_proposed_drafts") or 0),
+            "spec_verify_ct": int(meta.get("spec_verify_ct") or 0),
+            "spec_correct_drafts_histogram": list(meta.get("spec_correct_drafts_histogram") or []),
+            "spec_cap_lens_histogram": [],
+        }
+        return {"spec_tokens_details": details}
+
+    def _unlimited_budget(self, prompt_tokens: int) -> int:
+        """The budget of a request that names none (OpenAI chat without ``max_tokens`` or
+        ``max_completion_tokens``, ``max_new_tokens: null``): SGLang's scheduler lets it run to
+        the context length, so in practice it ends at end-of-sequence."""
+        context = int(self.args.get("context_length") or 0)
+        return max(
+            0, min(context - prompt_tokens - 1, self.engine.max_total_tokens - prompt_tokens)
+        )
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._openai(request, chat=False)
@@ -742,21 +868,15 @@ class TwinServer:
         body, refused = await self._json_body(request)
         if refused is not None:
             return refused
+        max_tokens: int | None
         if chat:
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                return _error(400, "messages must be a non-empty list")
-            parts = []
-            for m in messages:
-                content = m.get("content") if isinstance(m, dict) else None
-                if isinstance(content, list):
-                    content = " ".join(
-                        str(c.get("text", "")) for c in content if isinstance(c, dict)
-                    )
-                parts.append(str(content or ""))
-            prompt_key = json.dumps(parts)
-            prompt_tokens = count_prompt_tokens(" ".join(parts))
-            max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 128
+            parsed = chat_prompt(body.get("messages"))
+            if isinstance(parsed, str):
+                return _error(400, parsed)
+            prompt_key, prompt_text = parsed
+            prompt_tokens = count_prompt_tokens(prompt_text)
+            # No max-token field: no limit (SGLang passes max_new_tokens None), not 128.
+            max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
             obj_kind = "chat.completion"
         else:
             prompt = body.get("prompt")
@@ -776,7 +896,8 @@ class TwinServer:
             stops = Stops.from_params(body)
         except (TypeError, ValueError) as exc:
             return _error(400, f"invalid stop condition: {exc}")
-        req = self.submit(prompt_key, prompt_tokens, int(max_tokens), stops=stops)
+        budget = self._unlimited_budget(prompt_tokens) if max_tokens is None else int(max_tokens)
+        req = self.submit(prompt_key, prompt_tokens, budget, stops=stops)
         rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
         model = str(body.get("model") or self.model_name)
@@ -789,69 +910,39 @@ class TwinServer:
             except (asyncio.CancelledError, ConnectionError):
                 self.engine.abort(req)
                 raise
-            text = self.text_of(req, final=True)
-            finish = self._finish(req)
-            choice: dict[str, Any] = {
-                "index": 0,
-                "logprobs": None,
-                "finish_reason": finish["type"],
-                "matched_stop": finish.get("matched"),
-            }
-            if chat:
-                choice["message"] = {
-                    "role": "assistant",
-                    "content": text,
-                    "reasoning_content": None,
-                    "tool_calls": None,
-                }
-            else:
-                choice["text"] = text
-            out: dict[str, Any] = {
-                "id": rid,
-                "object": obj_kind,
-                "created": created,
-                "model": model,
-                "choices": [choice],
-                "usage": self._usage(req),
-            }
-            if spec_details:
-                out["sglext"] = self._sglext(req)
-            return web.json_response(out)
+            return web.json_response(
+                self._openai_response(req, rid, obj_kind, created, model, spec_details, chat)
+            )
         options = body.get("stream_options") or {}
         include_usage = bool(options.get("include_usage")) or bool(
             self.args.get("stream_response_default_include_usage")
         )
         continuous = bool(options.get("continuous_usage_stats"))
-        chunk_kind = "chat.completion.chunk" if chat else "text_completion"
+        head = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": created, "model": model}  # fmt: skip
         resp = web.StreamResponse(headers=_SSE_HEADERS)
         await resp.prepare(request)
 
-        def chunk(delta: str | None, finish: dict[str, Any] | None,
-                  role: bool = False) -> dict[str, Any]:  # fmt: skip
-            c: dict[str, Any] = {
-                "index": 0, "logprobs": None, "finish_reason": finish["type"] if finish else None,
-                "matched_stop": finish.get("matched") if finish else None,
-            }  # fmt: skip
-            if chat:
-                d: dict[str, Any] = {}
-                if role:
-                    d["role"] = "assistant"
-                if delta is not None:
-                    d["content"] = delta
-                c["delta"] = d
-            else:
-                c["text"] = delta or ""
-            o: dict[str, Any] = {
-                "id": rid,
-                "object": chunk_kind,
-                "created": created,
-                "model": model,
-                "choices": [c],
-                "usage": None,
-            }
-            if continuous:
+        def chat_chunk(delta: dict[str, Any], finish: dict[str, Any] | None = None,
+                       usage: bool = False) -> dict[str, Any]:  # fmt: skip
+            # SGLang's msgspec StreamChunk: delta always has reasoning_content (null when
+            # there is none), role and content only when set; usage only when asked for.
+            c = {"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
+                 "finish_reason": finish["type"] if finish else None,
+                 "matched_stop": finish.get("matched") if finish else None}  # fmt: skip
+            o: dict[str, Any] = {**head, "choices": [c]}
+            if usage:
                 o["usage"] = self._usage(req)
             return o
+
+        def completion_chunk(text: str, finish: dict[str, Any] | None) -> dict[str, Any]:
+            # SGLang 0.5.23's completion chunk: usage always there (null unless continuous),
+            # the unset optional fields (hidden_states, token_ids, sglext) left out.
+            c = {"index": 0, "text": text, "logprobs": None,
+                 "finish_reason": finish["type"] if finish else None,
+                 "matched_stop": finish.get("matched") if finish else None}  # fmt: skip
+            usage = self._usage(req) if continuous else None
+            return {**head, "choices": [c], "usage": usage}
 
         try:
             sent = 0  # characters of text sent
@@ -860,7 +951,7 @@ class TwinServer:
                 if req.output_tokens == seen and not req.finished:
                     continue
                 if chat and seen == 0:  # the role goes out with the first token, as SGLang's
-                    await resp.write(_sse(chunk("", None, role=True)))
+                    await resp.write(_sse(chat_chunk({"role": "assistant", "content": ""})))
                 seen = req.output_tokens
                 text = self.text_of(req, final=req.finished)
                 delta = text[sent:]
@@ -868,32 +959,21 @@ class TwinServer:
                 ending = self._finish(req) if req.finished else None
                 if chat:  # content, then the finish in a chunk of its own (SGLang's chat)
                     if delta:
-                        await resp.write(_sse(chunk(delta, None)))
+                        await resp.write(_sse(chat_chunk({"content": delta}, usage=continuous)))
                     if ending is not None:
-                        final = chunk(None, ending)
-                        if spec_details:
-                            final["sglext"] = self._sglext(req)
-                        await resp.write(_sse(final))
+                        await resp.write(_sse(chat_chunk({}, ending)))
                     continue
                 # Completions: the finish_reason rides on the last content chunk.
                 if delta or ending is not None:
-                    out_chunk = chunk(delta, ending)
-                    if ending is not None and spec_details:
-                        out_chunk["sglext"] = self._sglext(req)
-                    await resp.write(_sse(out_chunk))
+                    await resp.write(_sse(completion_chunk(delta, ending)))
+            sglext = self._sglext(req) if spec_details else None
+            if sglext is not None:  # response-level: a chunk of its own, with no choices
+                await resp.write(_sse({**head, "choices": [], "usage": None, "sglext": sglext}))
             if include_usage:
-                await resp.write(
-                    _sse(
-                        {
-                            "id": rid,
-                            "object": chunk_kind,
-                            "created": created,
-                            "model": model,
-                            "choices": [],
-                            "usage": self._usage(req),
-                        }
-                    )
-                )
+                usage = self._usage(req)
+                if not chat:  # SGLang dumps this one with exclude_none
+                    usage = {k: v for k, v in usage.items() if v is not None}
+                await resp.write(_sse({**head, "choices": [], "usage": usage}))
             await resp.write(b"data: [DONE]\n\n")
         except EngineDead:
             return await self._die_forever()
@@ -903,3 +983,68 @@ class TwinServer:
             self.engine.abort(req)
             raise
         return resp
+
+    def _openai_response(
+        self,
+        req: GenRequest,
+        rid: str,
+        obj_kind: str,
+        created: int,
+        model: str,
+        spec_details: bool,
+        chat: bool,
+    ) -> dict[str, Any]:
+        """A non-streaming OpenAI response, as SGLang 0.5.23 sends it (unset optional fields
+        such as hidden_states and tool_calls left out; the weight versions in ``metadata``)."""
+        text = self.text_of(req, final=True)
+        finish = self._finish(req)
+        choice: dict[str, Any] = {"index": 0}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text, "reasoning_content": None}
+        else:
+            choice["text"] = text
+        choice.update(
+            {
+                "logprobs": None,
+                "finish_reason": finish["type"],
+                "matched_stop": finish.get("matched"),
+            }
+        )
+        out: dict[str, Any] = {
+            "id": rid,
+            "object": obj_kind,
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "usage": self._usage(req),
+            "metadata": {
+                "weight_version": "default",
+                "weight_versions": _weight_versions(req.output_tokens),
+            },
+        }
+        sglext = self._sglext(req) if spec_details else None
+        if sglext is not None:
+            out["sglext"] = sglext
+        return out
+
+
+def _weight_versions(tokens: int) -> list[dict[str, Any]]:
+    """SGLang's weight-version spans of an output (one version, never updated here)."""
+    return [{"version": "default", "start": 0, "end": tokens}]
+
+
+def chat_prompt(messages: Any) -> tuple[str, str] | str:
+    """The twin's prompt of OpenAI chat ``messages``: (its key, its text), or the error text.
+
+    The twin has no chat template: the prompt is the messages' contents (text parts joined),
+    as both ``/v1/chat/completions`` and ``/tokenize`` with ``messages`` count it.
+    """
+    if not isinstance(messages, list) or not messages:
+        return "messages must be a non-empty list"
+    parts = []
+    for m in messages:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            content = " ".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+        parts.append(str(content or ""))
+    return json.dumps(parts), " ".join(parts)

@@ -1,11 +1,12 @@
 """The twin's command line: SGLang's ``launch_server`` flags, spelled as SGLang spells them.
 
-The parser accepts the flag surface of ``sglang-contract.md`` §3 (with aliases) plus twin-only
+The parser accepts the flag surface of SGLang (``docs/sglang.md``; with aliases) plus twin-only
 options under ``--twin-``. It is a plain :mod:`argparse` parser with SGLang's behaviour kept on
 purpose: an unknown flag is an argparse error (exit code 2) and abbreviations are allowed, which
 is exactly why ``--cuda-graph-max-bs`` is *ambiguous* (exit 2) when emulating SGLang >= 0.5.20.
 
-Resolution of the parsed values (SGLang's rules of §4) lives in :mod:`rayspec.twin._resolve`.
+Resolution of the parsed values (SGLang's rules, *Speculative rules*) lives in
+:mod:`rayspec.twin._resolve`.
 """
 
 from __future__ import annotations
@@ -409,6 +410,9 @@ def build_parser(version: tuple[int, int, int] = (0, 5, 23)) -> argparse.Argumen
         help="Add prompt_tokens_details.cached_tokens to OpenAI usage.",
     )
     g.add_argument("--show-time-cost", action="store_true", help="Accepted and reported only.")
+    g.add_argument(
+        "--sleep-on-idle", action="store_true", help="Accepted and reported only (the twin idles)."
+    )
 
     g = parser.add_argument_group("twin-only options")
     g.add_argument(

@@ -108,13 +108,20 @@ class GenRequest:
         else:  # 0.5.5: accepted drafts / (cycles * steps)
             denom = ct * spec.num_steps
         fields["spec_accept_rate"] = self.correct_drafts / denom if denom else 0.0
+        if version < (0, 5, 12):  # the draft counters came in 0.5.12
+            return fields
+        # SGLang's histogram grows as needed: its length is the most drafts one verify step
+        # accepted, plus one (e.g. [0, 0, 43] when every step accepted 2).
+        histogram = list(self.histogram)
+        while len(histogram) > 1 and histogram[-1] == 0:
+            histogram.pop()
         fields["spec_num_correct_drafts"] = self.correct_drafts
         fields["spec_num_proposed_drafts"] = self.proposed_drafts
-        fields["spec_correct_drafts_histogram"] = list(self.histogram)
-        if (0, 5, 12) <= version:
+        fields["spec_correct_drafts_histogram"] = histogram
+        if version < (0, 5, 21):  # aliases of the three above, gone in 0.5.21
             fields["spec_accepted_drafts"] = self.correct_drafts
             fields["spec_proposed_drafts"] = self.proposed_drafts
-            fields["spec_accept_histogram"] = list(self.histogram)
+            fields["spec_accept_histogram"] = list(histogram)
         return fields
 
 

@@ -11,7 +11,8 @@
     └── DraftTreeError (also RuntimeError)  draft-token budget larger than the tree (first decode)
 
 The NCCL errors and :class:`DraftTreeError` carry the :class:`~rayspec.FailureReason` the real
-server's failure would be classified as, in ``reason`` (twin-model.md §3.3, contract §4.5).
+server's failure would be classified as, in ``reason`` (docs/twin-model.md, *NCCL variables*;
+docs/sglang.md, *Speculative rules*).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class NcclInitError(NcclError):
 
 
 class NcclForbiddenError(NcclInitError):
-    """NVLink multicast (NVLS) was asked for on a machine where it must stay off (§3.3).
+    """NVLink multicast (NVLS) was asked for on a machine where it must stay off
+    (docs/twin-model.md, *NCCL variables*).
 
     rayspec must never generate such a trial; the twin rejects it loudly at communicator init.
     """

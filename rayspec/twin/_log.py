@@ -1,8 +1,9 @@
-"""SGLang-format log lines for the twin (``sglang-contract.md`` §6).
+"""SGLang-format log lines for the twin (``docs/sglang.md``, *Log lines*).
 
 SGLang writes ``[%Y-%m-%d %H:%M:%S{ prefix}] text`` to stdout, where the prefix of scheduler lines
 is `` TP0`` (0.5.23: only when tp_size > 1; older versions always). The HTTP-server process (ready
-line, warmup errors, the sigquit handler) has no prefix. Access lines imitate uvicorn's. The
+line, warmup errors, the sigquit handler) has no prefix. Access lines imitate uvicorn's, which
+0.5.23 formats with SGLang's own ``[time] `` stamp (uvicorn's plain lines before). The
 launcher redirects stdout and stderr to one file, so this is what a log classifier reads.
 """
 
@@ -67,6 +68,7 @@ class SglangLog:
         self._http_level = _LEVELS.get((http_level or level).lower(), logging.INFO)
         show_tp = tp_size > 1 or version < (0, 5, 23)
         self._sched_prefix = " TP0" if show_tp else ""
+        self._stamp_uvicorn = version >= (0, 5, 23)
 
     def _write(self, text: str, prefix: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -88,10 +90,18 @@ class SglangLog:
         self._stream.write(text.rstrip("\n") + "\n")
         self._stream.flush()
 
+    def uvicorn(self, text: str) -> None:
+        """A line of uvicorn's (startup, access): ``[time] INFO:     ...`` from 0.5.23."""
+        line = f"INFO:     {text}"
+        if self._stamp_uvicorn:
+            self._write(line, "")
+        else:
+            self.raw(line)
+
     def access(self, peer: str, method: str, path: str, status: int, reason: str) -> None:
-        """A uvicorn-style access line: ``INFO:     127.0.0.1:5 - "GET /x HTTP/1.1" 200 OK``."""
+        """A uvicorn access line: ``INFO:     127.0.0.1:5 - "GET /x HTTP/1.1" 200 OK``."""
         if logging.INFO >= self._http_level:
-            self.raw(f'INFO:     {peer} - "{method} {path} HTTP/1.1" {status} {reason}')
+            self.uvicorn(f'{peer} - "{method} {path} HTTP/1.1" {status} {reason}')
 
     def scheduler_exception(self, exception_text: str, *, during_init: bool = False) -> None:
         """``Scheduler hit an exception: <traceback>`` ending with ``exception_text``."""

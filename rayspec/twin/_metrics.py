@@ -1,4 +1,4 @@
-"""SGLang's Prometheus series for the twin's ``/metrics`` (``sglang-contract.md`` §5.8).
+"""SGLang's Prometheus series for the twin's ``/metrics`` (``docs/sglang.md``, *HTTP API*).
 
 A tiny text-format writer (no prometheus_client dependency): gauges are read from the engine
 when scraped, counters and histograms are kept here.

@@ -1,9 +1,10 @@
 """The twin's performance model: forward, verify, draft and cycle cost, and acceptance.
 
 Pure functions of a :class:`~rayspec.twin.Profile`, a resolved :class:`NcclSetup` and the
-speculative settings (twin-model.md §5 forward pass, §6 EAGLE-3, §7 batching). The model gives
+speculative settings (docs/twin-model.md: *Forward pass*, *EAGLE-3*, *Batching*). The model gives
 expected values; :meth:`PerfModel.sample_cycle_tokens` draws one cycle's emitted tokens the way
-§6.8 specifies, so the twin can report integer counts whose mean is the expected accept length.
+its per-cycle sampling specifies, so the twin can report integer counts whose mean is the expected
+accept length.
 
 Example::
 
@@ -32,9 +33,10 @@ _TREE_CACHE_SIZE = 256  # draft trees kept per model (not a model constant: a me
 
 
 def tree_fits(spec: SpecSettings) -> bool:
-    """Whether SGLang can keep ``num_draft_tokens - 1`` nodes of the draft tree (§6.3).
+    """Whether SGLang can keep ``num_draft_tokens - 1`` nodes of the draft tree (*EAGLE-3*).
 
-    A configuration that does not fit starts, then fails at the first decode (contract §4.5);
+    A configuration that does not fit starts, then fails at the first decode (docs/sglang.md,
+    *Speculative rules*);
     :class:`PerfModel` refuses to evaluate it.
     """
     return spec.fits_tree
@@ -42,7 +44,7 @@ def tree_fits(spec: SpecSettings) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class DraftTree:
-    """The draft nodes SGLang keeps for one acceptance multiplier (§6.3).
+    """The draft nodes SGLang keeps for one acceptance multiplier (*EAGLE-3*).
 
     Attributes:
         depth_probs: per depth j = 1..k, the conditional acceptance ``q(j, r)`` of the rank-r
@@ -84,7 +86,7 @@ class DraftTree:
 def build_draft_tree(
     acceptance: list[float], topk: int, num_draft_tokens: int, theta: float
 ) -> DraftTree:
-    """Build the kept draft tree of §6.3 from per-depth conditional acceptance ``a_j``.
+    """Build the kept draft tree (*EAGLE-3*) from per-depth conditional acceptance ``a_j``.
 
     Args:
         acceptance: ``a_j`` for j = 1..k (already scaled and capped).
@@ -134,7 +136,8 @@ def _rank_key(item: tuple[float, tuple[int, ...]]) -> tuple[float, int, tuple[in
 
 
 class PerfModel:
-    """Expected cost and acceptance of one server configuration (twin-model.md §2).
+    """Expected cost and acceptance of one server configuration (docs/twin-model.md, *The model in
+    one page*).
 
     Immutable after construction apart from a small, lock-protected cache of draft trees, so
     one instance may be shared between threads.
@@ -175,7 +178,7 @@ class PerfModel:
         )
         return PerfModel(self.profile, self.nccl, chain)
 
-    # ---------------------------------------------------------------- forward pass (§5)
+    # ---------------------------------------------------------------- forward pass
 
     def expected_experts(self, tokens: int) -> float:
         """E(T): expected distinct routed experts per MoE layer for T tokens (0 if dense)."""
@@ -221,7 +224,7 @@ class PerfModel:
             + coll_ms
         )
 
-    # ------------------------------------------------------------- speculative (§6.4, §6.5)
+    # ------------------------------------------------------------- speculative
 
     def verify_ms(self, batch: int = 1, ctx: float | None = None) -> float:
         """V: one TARGET_VERIFY forward over ``batch · N`` tokens plus F_spec."""
@@ -253,13 +256,13 @@ class PerfModel:
             NcclNoAlgorithmError: the NCCL setup has no usable AllReduce algorithm.
             DraftTreeError: the draft-token budget does not fit the tree.
         """
-        del mult  # cost is independent of acceptance (§6.6)
+        del mult  # cost is independent of acceptance
         if self.spec is None:
             return self.forward_ms(batch, batch, ctx)
         self._check_tree()
         return self.verify_ms(batch, ctx) + self.draft_ms(batch)
 
-    # --------------------------------------------------------------- acceptance (§6.2, §6.3)
+    # --------------------------------------------------------------- acceptance
 
     def acceptance(self, mult: float = 1.0) -> list[float]:
         """a_j for j = 1..k: ``min(a_cap, mult · base_j)`` (empty without speculation)."""
@@ -307,7 +310,7 @@ class PerfModel:
         return self.draft_tree(mult).expected_tokens
 
     def sample_cycle_tokens(self, rng: random.Random, mult: float = 1.0) -> int:
-        """Draw the tokens one cycle emits (accepted drafts + the bonus token), §6.8.
+        """Draw the tokens one cycle emits (accepted drafts + the bonus token): per-cycle sampling.
 
         Returns 1 without speculation. The mean over many draws equals
         :meth:`expected_accept_length` for the same ``mult``.
@@ -323,14 +326,15 @@ class PerfModel:
             return tokens
         return self.draft_tree(mult).sample(rng)
 
-    # ------------------------------------------------------------------- throughput (§6.6)
+    # ------------------------------------------------------------------- throughput
 
     def expected_tok_s(self, batch: int = 1, ctx: float | None = None) -> float:
         """Expected decode speed of one request, tokens/s (aggregate = ``batch`` × this)."""
         return 1000.0 * self.expected_accept_length() / self.step_ms(batch, ctx)
 
     def prefill_ms(self, prompt_tokens: int) -> float:
-        """Time to first token for one prompt. UNCALIBRATED placeholder (§12 item 7)."""
+        """Time to first token for one prompt. UNCALIBRATED placeholder (docs/twin-model.md, *Open
+        points*)."""
         u = self.profile.uncalibrated
         return u.prefill_base_ms + u.prefill_ms_per_token * max(0, prompt_tokens)
 

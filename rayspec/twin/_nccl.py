@@ -1,17 +1,19 @@
-"""NCCL environment resolution and all-reduce latency for the twin (twin-model.md §3, §4).
+"""NCCL environment resolution and all-reduce latency for the twin (docs/twin-model.md, *NCCL
+variables*, *All-reduce latency*).
 
 :func:`resolve_nccl` turns a trial's NCCL variables into an :class:`NcclSetup`:
 
-- §3.2 parsing, exactly: ``NCCL_PROTO``/``NCCL_ALGO`` lists (``;``-separated entries, an optional
+- parsing, exactly: ``NCCL_PROTO``/``NCCL_ALGO`` lists (``;``-separated entries, an optional
   ``func:`` prefix, ``^`` for "all except", case-insensitive names), ``NCCL_P2P_LEVEL``
   (case-sensitive names, legacy integers), ``NCCL_P2P_DISABLE``, ``NCCL_SHM_DISABLE``,
   ``NCCL_NTHREADS`` and ``NCCL_MAX/MIN_NCHANNELS`` clamping, ``NCCL_GRAPH_FILE``;
-- step A (§4.1): which (algo, proto) NCCL picks, from NCCL's own estimate on the detected
+- step A: which (algo, proto) NCCL picks, from NCCL's own estimate on the detected
   bandwidth;
-- step B (§4.2): what that pick really costs on the box, per ring-link transport.
+- step B: what that pick really costs on the box, per ring-link transport.
 
-Failure timing follows §3.3: a bad list token raises :class:`NcclInitError` here (communicator
-init), and an algorithm list with nothing usable raises :class:`NcclNoAlgorithmError` from
+Failure timing follows the failure classes: a bad list token raises :class:`NcclInitError`
+here (communicator init), and an algorithm list with nothing usable raises
+:class:`NcclNoAlgorithmError` from
 :meth:`NcclSetup.allreduce_us` (the first collective).
 
 Example::
@@ -109,7 +111,7 @@ class NcclSetup:
         return self.link_transports.count(_NET)
 
     def estimate_us(self, algo: str, proto: str, nbytes: float) -> float:
-        """NCCL's internal time estimate for one AllReduce (§4.1, step A; not the real cost)."""
+        """NCCL's internal time estimate for one AllReduce (step A; not the real cost)."""
         ch = self._profile.nccl_choice
         n = self._profile.hardware.n_ranks
         steps = 2 * (n - 1)
@@ -148,7 +150,7 @@ class NcclSetup:
         return self._cache[key]  # type: ignore[return-value]
 
     def allreduce_us(self, nbytes: float) -> float:
-        """Real latency of one AllReduce of ``nbytes`` on this box (§4.2, step B), in µs.
+        """Real latency of one AllReduce of ``nbytes`` on this box (step B), in µs.
 
         Raises:
             NcclNoAlgorithmError: no algorithm/protocol is usable for AllReduce (the first
@@ -230,7 +232,8 @@ def _no_algorithm(setup: NcclSetup) -> NcclNoAlgorithmError:
 
 
 def resolve_nccl(env: Mapping[str, str], profile: Profile) -> NcclSetup:
-    """Resolve a trial's NCCL environment on a profile's node (twin-model.md §3.2, §4).
+    """Resolve a trial's NCCL environment on a profile's node (docs/twin-model.md, *NCCL
+    variables*, *All-reduce latency*).
 
     Only ``NCCL_*`` variables are read; anything else in ``env`` is ignored, so the whole
     process environment may be passed. An empty value counts as unset.

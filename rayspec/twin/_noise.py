@@ -1,10 +1,11 @@
-"""Run-to-run noise of the twin (twin-model.md §8).
+"""Run-to-run noise of the twin (docs/twin-model.md, *Noise*).
 
 Per server start, a common offset ``start_factor = 1 + N(0, σ_start)`` (clocks, thermals). Per
 request, an acceptance multiplier ``mult = max(m_floor, N(1, σ_acc))`` (only with speculation;
 it scales every a_j, which stay capped) and a time factor ``1 + N(0, σ_t)``. Durations are
 multiplied by ``time_factor · start_factor``. The reference profile uses σ_acc = 0.056 rather than
-0.07 because the twin also samples every cycle (§6.8), which adds its own spread.
+0.07 because the twin also samples every cycle (*EAGLE-3*, per-cycle sampling), which adds its own
+spread.
 
 Everything comes from the ``random.Random`` passed in, so a fixed seed reproduces every draw; a
 profile with ``noise: off`` (all sigmas 0) makes every factor exactly 1.

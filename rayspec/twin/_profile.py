@@ -1,6 +1,6 @@
 """Hardware/model profiles of the twin: every constant of the performance model, read from YAML.
 
-A profile is a tree of frozen dataclasses mirroring twin-model.md §10 (schema) and §9 (the
+A profile is a tree of frozen dataclasses mirroring docs/twin-model.md, *Profiles* (the
 reference constants). :func:`load_profile` reads a built-in profile by name (the file stem in
 ``rayspec/twin/profiles/``) or any YAML file of the same schema. Reading is strict: a missing,
 unknown or mistyped key raises :class:`ProfileError` naming the dotted key.
@@ -58,10 +58,12 @@ _ACCEPTANCE_KINDS = ("geometric", "flat", "per_depth")
 
 @dataclasses.dataclass(frozen=True)
 class HardwareProfile:
-    """The node: ranks, the ring's link path types and what the platform allows (§1, §9).
+    """The node: ranks, the ring's link path types and what the platform allows (*The reference
+    node*).
 
-    ``multicast_forbidden`` marks machines where NVLink multicast must stay off (§3.3): the twin
-    then rejects ``NCCL_NVLS_ENABLE`` other than 0 and any NVLS/NVLSTree in ``NCCL_ALGO``.
+    ``multicast_forbidden`` marks machines where NVLink multicast must stay off (*NCCL
+    variables*): the twin then rejects ``NCCL_NVLS_ENABLE`` other than 0 and any NVLS/NVLSTree in
+    ``NCCL_ALGO``.
     """
 
     n_ranks: int
@@ -75,7 +77,7 @@ class HardwareProfile:
 
 @dataclasses.dataclass(frozen=True)
 class DetectedBandwidth:
-    """NCCL's detected per-channel bandwidth and channel count (§4.1)."""
+    """NCCL's detected per-channel bandwidth and channel count (step A of *All-reduce latency*)."""
 
     bw_GBps: float
     nchannels: int
@@ -92,7 +94,7 @@ class NthreadsLimits:
 
 @dataclasses.dataclass(frozen=True)
 class TreeBandwidth:
-    """Tree bandwidth factors of NCCL's estimate (§4.1)."""
+    """Tree bandwidth factors of NCCL's estimate (step A)."""
 
     base: float
     LL_div: float
@@ -102,7 +104,7 @@ class TreeBandwidth:
 
 @dataclasses.dataclass(frozen=True)
 class NcclChoiceProfile:
-    """NCCL's internal cost model, used only to predict which (algo, proto) it picks (§4.1)."""
+    """NCCL's internal cost model, used only to predict which (algo, proto) it picks (step A)."""
 
     link_class: str
     default_p2p_level: str
@@ -129,7 +131,7 @@ class NcclChoiceProfile:
 
 @dataclasses.dataclass(frozen=True)
 class CostEntry:
-    """Real cost of one (algo, proto) on an all-P2P ring: ``A + max(0, S - S0) / B`` (§4.2)."""
+    """Real cost of one (algo, proto) on an all-P2P ring: ``A + max(0, S - S0) / B`` (step B)."""
 
     A_us: float
     S0_B: float
@@ -138,7 +140,7 @@ class CostEntry:
 
 @dataclasses.dataclass(frozen=True)
 class AllreduceCostProfile:
-    """What an all-reduce really costs on the box (§4.2)."""
+    """What an all-reduce really costs on the box (step B)."""
 
     algos: Mapping[str, Mapping[str, CostEntry]]
     hop_penalty_us: Mapping[str, float]
@@ -157,7 +159,8 @@ class MoeShape:
 
 @dataclasses.dataclass(frozen=True)
 class ModelProfile:
-    """Shape of the target model (§1, §5). ``moe`` is None for a dense model."""
+    """Shape of the target model (*The reference node*, *Forward pass*). ``moe`` is None for a
+    dense model."""
 
     architecture: str
     hidden: int
@@ -178,7 +181,7 @@ class ModelProfile:
 
 @dataclasses.dataclass(frozen=True)
 class ForwardProfile:
-    """Forward-pass constants (§5), in ms."""
+    """Forward-pass constants (*Forward pass*), in ms."""
 
     C0_ms: float
     W0_ms: float
@@ -189,7 +192,7 @@ class ForwardProfile:
 
 @dataclasses.dataclass(frozen=True)
 class SpeculativeProfile:
-    """EAGLE-3 verify and draft overheads (§6.4, §6.5).
+    """EAGLE-3 verify and draft overheads (*EAGLE-3*).
 
     ``F_spec_no_overlap_ms``: F_spec with the speculative overlap scheduler off (topk 1,
     ``--disable-overlap-schedule``): the scheduler's CPU work is no longer hidden behind the
@@ -210,7 +213,7 @@ class SpeculativeProfile:
 
 @dataclasses.dataclass(frozen=True)
 class AcceptanceProfile:
-    """Conditional acceptance by depth, before the ``mult`` scaling and the cap (§6.2).
+    """Conditional acceptance by depth, before the ``mult`` scaling and the cap (*EAGLE-3*).
 
     ``kind`` is ``"geometric"`` (``a1 * rho**(j-1)``), ``"flat"`` (``a``) or ``"per_depth"``
     (``per_depth[j-1]``, the last value repeating).
@@ -233,7 +236,7 @@ class AcceptanceProfile:
 
 @dataclasses.dataclass(frozen=True)
 class DrafterProfile:
-    """The drafter's acceptance model (§6.2, §6.3)."""
+    """The drafter's acceptance model (*EAGLE-3*)."""
 
     acceptance: AcceptanceProfile
     a_cap: float
@@ -242,7 +245,7 @@ class DrafterProfile:
 
 @dataclasses.dataclass(frozen=True)
 class NoiseProfile:
-    """Run-to-run noise (§8). All sigmas 0 means deterministic."""
+    """Run-to-run noise (*Noise*). All sigmas 0 means deterministic."""
 
     sigma_time: float
     sigma_accept: float
@@ -261,7 +264,7 @@ class NoiseProfile:
 
 @dataclasses.dataclass(frozen=True)
 class UncalibratedProfile:
-    """UNCALIBRATED placeholders for what the field measurements do not cover (§12 item 7)."""
+    """UNCALIBRATED placeholders for what the field measurements do not cover (*Open points*)."""
 
     prefill_base_ms: float
     prefill_ms_per_token: float
@@ -493,7 +496,8 @@ def _detected(node: _Node) -> DetectedBandwidth:
 
 
 def _latency_table(node: _Node, name: str) -> Mapping[str, Mapping[str, float]]:
-    # Only Ring and Tree are modelled (the AllReduce algorithms of a single PCIe node, §3.1).
+    # Only Ring and Tree are modelled (the AllReduce algorithms of a single PCIe node, *NCCL
+    # variables*).
     sub = node.node(name)
     table = {algo: sub.get_float_map(algo, _PROTOCOLS) for algo in _ALGOS_WITH_COSTS}
     sub.done()

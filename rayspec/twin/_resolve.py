@@ -1,4 +1,5 @@
-"""SGLang's argument resolution (``sglang-contract.md`` §3.3, §3.4, §4), for the twin.
+"""SGLang's argument resolution (``docs/sglang.md``, *Defaults that depend on the GPU*, *Flags
+rayspec keeps out*, *Speculative rules*), for the twin.
 
 :func:`resolve_server_args` applies SGLang's rules in SGLang's order (cuda-graph and memory
 defaults, attention backend, page size, then speculative decoding) and raises the very exception
@@ -82,7 +83,8 @@ class Resolution:
         spec: the speculative settings, or None without speculation.
         warnings: log lines SGLang prints while resolving, in order.
         tree_error: set when the draft budget exceeds the tree (fails at the first decode).
-        env_updates: SGLang's own environment writes (§3.4), applied before NCCL is read.
+        env_updates: SGLang's own environment writes (*Flags rayspec keeps out*), applied
+            before NCCL is read.
         adaptive_tiers: the adaptive steps' tiers (batch size -> settings) when
             ``spec.adaptive``; None otherwise.
     """
@@ -100,7 +102,8 @@ class Resolution:
 
 
 def _auto_spec_params(architecture: str, version: tuple[int, int, int]) -> tuple[int, int, int]:
-    """SGLang's ``_auto_choose_speculative_params`` by target architecture (§4.3)."""
+    """SGLang's ``_auto_choose_speculative_params`` by target architecture (*Speculative
+    rules*)."""
     if architecture in ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1ModelForCausalLM"):
         return 5, 4, 8
     deepseek_like = ("Deepseek", "GptOss", "Glm4Moe", "BailingMoe", "MiMoV2", "KimiK25")
@@ -121,7 +124,8 @@ def _memory_defaults(gpu_mem_mib: int, tp: int) -> tuple[int, int]:
 def sglang_env_updates(
     ns: argparse.Namespace, env: Mapping[str, str], version: tuple[int, int, int]
 ) -> dict[str, str]:
-    """The environment writes of ``engine.py`` (§3.4), as a dict of new values."""
+    """The environment writes of ``engine.py`` (*Flags rayspec keeps out*), as a dict of new
+    values."""
     updates = {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}
     if ns.enable_nccl_nvls or ns.enable_symm_mem:
         updates["NCCL_NVLS_ENABLE"] = "1"
@@ -269,8 +273,9 @@ def resolve_server_args(
         args["speculative_num_steps"] = steps
         args["speculative_eagle_topk"] = topk
         args["speculative_num_draft_tokens"] = ndt
-        # The speculative overlap scheduler exists for topk 1 only (§4.2 rule 3): off with
-        # --disable-overlap-schedule, or SGLANG_ENABLE_SPEC_V2=False before 0.5.18.
+        # The speculative overlap scheduler exists for topk 1 only (docs/sglang.md,
+        # *Versions*): off with --disable-overlap-schedule, or SGLANG_ENABLE_SPEC_V2=False before
+        # 0.5.18.
         overlap = topk > 1 or not _overlap_disabled(ns, env or {}, version)
         if not overlap and version >= (0, 5, 23):
             warnings.append(NON_OVERLAP_WARNING)

@@ -32,7 +32,8 @@ WORDS: tuple[str, ...] = tuple(
     a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in ("", "n", "s", "r")
 )
 TOKEN_ID_OFFSET = 1000
-EOS_TOKEN_ID = TOKEN_ID_OFFSET - 1  # the twin model's end-of-sequence token (no text)
+EOS_TOKEN_ID = TOKEN_ID_OFFSET - 1  # the twin model's end-of-sequence token (a special token)
+EOS_TEXT = "[EOS]"  # its text, seen only with skip_special_tokens false (Kimi's eos token)
 # UNCALIBRATED: how long the twin's own answer to a prompt runs before its end-of-sequence
 # token: at least _EOS_MIN tokens, plus an exponential tail of mean _EOS_MEAN_TAIL. Long enough
 # that a short request always gets its whole budget; benchmarks send ignore_eos anyway.
@@ -57,9 +58,12 @@ _WORD_INDEX = {word: i for i, word in enumerate(WORDS)}
 
 def encode(text: str) -> list[int]:
     """Twin token ids of ``text``: one per whitespace-separated word (a word outside the twin's
-    vocabulary gets a stable id of its own), so ``detokenize(encode(t))`` gives back twin text."""
+    vocabulary gets a stable id of its own; ``EOS_TEXT`` is the end-of-sequence token), so
+    ``detokenize(encode(t), skip_special_tokens=False)`` gives back twin text."""
     return [
-        TOKEN_ID_OFFSET
+        EOS_TOKEN_ID
+        if w == EOS_TEXT
+        else TOKEN_ID_OFFSET
         + _WORD_INDEX.get(w, zlib.crc32(w.encode("utf-8", "surrogatepass")) % len(WORDS))
         for w in text.split()
     ]
@@ -73,10 +77,15 @@ def eos_position(seed: int, prompt_key: str) -> int:
     return _EOS_MIN + int(rng.expovariate(1.0 / _EOS_MEAN_TAIL))
 
 
-def detokenize(ids: list[int]) -> str:
-    """Space-joined words of ``ids`` (the first word has no leading space; the
-    end-of-sequence token has no text, as with ``skip_special_tokens``)."""
-    return " ".join(WORDS[(i - TOKEN_ID_OFFSET) % len(WORDS)] for i in ids if i != EOS_TOKEN_ID)
+def detokenize(ids: list[int], *, skip_special_tokens: bool = True) -> str:
+    """Space-joined words of ``ids`` (the first word has no leading space). The
+    end-of-sequence token is a special token: no text unless ``skip_special_tokens`` is false,
+    as a Hugging Face tokenizer's ``decode`` does."""
+    return " ".join(
+        EOS_TEXT if i == EOS_TOKEN_ID else WORDS[(i - TOKEN_ID_OFFSET) % len(WORDS)]
+        for i in ids
+        if i != EOS_TOKEN_ID or not skip_special_tokens
+    )
 
 
 def delta_text(ids: list[int], start: int) -> str:

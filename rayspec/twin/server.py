@@ -411,10 +411,10 @@ class _Startup:
         server.engine = engine
         engine.start()
         await self._at(0.9)
-        log.raw(f"INFO:     Started server process [{os.getpid()}]")
-        log.raw("INFO:     Waiting for application startup.")
-        log.raw("INFO:     Application startup complete.")
-        log.raw(f"INFO:     Uvicorn running on http://{ns.host}:{ns.port} (Press CTRL+C to quit)")
+        log.uvicorn(f"Started server process [{os.getpid()}]")
+        log.uvicorn("Waiting for application startup.")
+        log.uvicorn("Application startup complete.")
+        log.uvicorn(f"Uvicorn running on http://{ns.host}:{ns.port} (Press CTRL+C to quit)")
         server.state = ServerState.WARMUP
         if faults.never_ready:
             await asyncio.Event().wait()
@@ -428,6 +428,7 @@ class _Startup:
             log.access("127.0.0.1:0", "POST", "/generate", 200, "OK")
         await self._at(1.0)
         server.state = ServerState.READY
+        server.ready_time = time.time()
         log.server("The server is fired up and ready to roll!")
         if faults.crash_after is not None:
             engine.set_token_limit(faults.crash_after, self._crash_after)

@@ -187,7 +187,7 @@ def test_compare_welch_against_hand_value() -> None:
 
 
 def test_compare_noisy_small_difference_is_within_noise() -> None:
-    # ~3 % apart with a CV of ~4 % over 5 runs: not significant (twin-model §8).
+    # ~3 % apart with a CV of ~4 % over 5 runs: not significant (docs/twin-model.md, *Noise*).
     rng = np.random.default_rng(0)
     a = list(90 * (1 + 0.04 * rng.standard_normal(5)))
     b = list(87.3 * (1 + 0.04 * rng.standard_normal(5)))

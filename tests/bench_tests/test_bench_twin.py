@@ -50,6 +50,9 @@ def test_twin_records(twin_url: str, endpoint: str) -> None:
         assert rec.prompt_tokens > 0
         assert rec.spec_verify_ct is not None
         assert 1.0 <= (rec.accept_length or 0) <= 3.0  # at most N = 3 tokens per verify cycle
+        # SGLang's spec_correct_drafts_histogram: verify steps by drafts accepted (0..N-1)
+        assert rec.accept_histogram is not None and 1 <= len(rec.accept_histogram) <= 3
+        assert sum(rec.accept_histogram) == rec.spec_verify_ct
         assert 0 < len(rec.itl_ms) < rec.completion_tokens
         assert rec.ttft_ms <= rec.e2e_ms
     for name in ("c1", "c4"):

@@ -25,7 +25,7 @@ PROBE = Path(__file__).with_name("_sglang_probe.py")
 PROBE_TIMEOUT_S = 240
 
 # A Llama-like target: resolution reads config.json for the architecture (which picks the
-# automatic speculative parameters, sglang-contract §4.3) and the model's shape.
+# automatic speculative parameters, docs/sglang.md, *Speculative rules*) and the model's shape.
 TARGET_CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",

@@ -3,7 +3,8 @@
 For every experiment file and every kind of candidate, :func:`rayspec.server.build_launch`
 builds the line; SGLang's ``prepare_server_args`` parses the flags after ``python -m
 sglang.launch_server`` and ``ServerArgs.resolve_once()`` resolves them, and the effective
-values must be what the line says (sglang-contract §2.2, §4). All lines go to SGLang in one
+values must be what the line says (docs/sglang.md, *Launch template*, *Speculative rules*). All
+lines go to SGLang in one
 batch (its import takes seconds), so the module runs in well under a minute.
 
 Resolution on a machine without a GPU needs ``--device``: without it SGLang raises
@@ -11,7 +12,7 @@ Resolution on a machine without a GPU needs ``--device``: without it SGLang rais
 detect; with ``--device cpu`` SGLang's CPU path clamps the decode CUDA-graph cap to 32
 (``torch_compile_max_bs``), which is no statement about a GPU node (both shown below). With no
 GPU visible, only defaults that depend on GPU memory take fallbacks, and rayspec pins all of
-those (sglang-contract §4.8).
+those (docs/sglang.md, *Speculative rules*).
 """
 
 from __future__ import annotations
@@ -250,7 +251,8 @@ def test_topk1_chain_asking_for_more_draft_tokens_gets_steps_plus_one(
 
 
 def test_sglang_itself_forces_topk1_ndt(resolved: dict[str, dict[str, Any]]) -> None:
-    # What rayspec's normalisation mirrors (sglang-contract §4.2 rule 9).
+    # What rayspec's normalisation mirrors (docs/sglang.md, *Speculative rules*: topk 1 forces the
+    # draft tokens).
     result = resolved["raw-topk1-ndt8"]
     assert result["ok"], result
     assert result["values"]["speculative_num_draft_tokens"] == 3

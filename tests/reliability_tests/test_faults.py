@@ -27,7 +27,7 @@ from tests.reliability_tests._support import processes_with
 from tests.reliability_tests._support import wait_no_processes
 
 # (what is injected, the enqueued parameters, the expected reason, a line the log tail must
-# hold: SGLang's own failure text, sglang-contract §6.5, or None where there is none)
+# hold: SGLang's own failure text, docs/sglang.md, *Failure texts*, or None where there is none)
 FAULTS: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("crash-startup", {"flags.--twin-fault": "crash-startup"}, "startup_crash",
      "Scheduler hit an exception"),

@@ -1,4 +1,5 @@
-"""SGLang's real failure texts (sglang-contract §4.4, §4.5, §6.5; twin-model §3.3).
+"""SGLang's real failure texts (docs/sglang.md, *Speculative rules*, *Failure texts*; docs/twin-
+model.md, *NCCL variables*).
 
 Shared by the classifier tests and the fake server, so both use exactly the same lines:
 name -> (log text, exit status, expected reason value when the server exits before ready).

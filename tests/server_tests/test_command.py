@@ -1,4 +1,5 @@
-"""The real-engine path builds the field's launch (sglang-contract §2.2, DESIGN.md tuned NCCL)."""
+"""The real-engine path builds the field's launch (docs/sglang.md, *Launch template*; the tuned
+NCCL of docs/twin-model.md)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _field_candidate() -> Candidate:
 def test_field_launch_line() -> None:
     cfg = load_config(FIELD_EXPERIMENT, FIELD_OVERRIDES)
     launch = build_launch(cfg, _field_candidate(), port=30000, log_path="/tmp/t.log")
-    # The template of sglang-contract §2.2, with the field's values:
+    # The template of docs/sglang.md, *Launch template*, with the field's values:
     expected = [
         sys.executable, "-m", "sglang.launch_server",
         "--model-path", "/models/kimi-k2.5-int4", "--tp-size", "8",

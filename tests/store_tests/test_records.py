@@ -42,6 +42,7 @@ def _request(run: int, failure: FailureReason | None = None) -> RequestRecord:
         completion_tokens=100, ttft_ms=50.0, e2e_ms=1000.0, itl_ms=(10.0,) * 99,
         start_unix_s=1.0, spec_verify_ct=50, accept_length=2.0, output_ids=(1, 2, 3),
         error="connection lost after 3 tokens" if failure else None, failure=failure,
+        accept_histogram=(5, 0, 45) if failure else (10, 20, 20),
     )  # fmt: skip
 
 
@@ -88,6 +89,28 @@ def test_the_columns_stay_what_users_read(tmp_path) -> None:
     assert (row["role"], row["reason"], row["repeat_of"], row["restart"], row["alarm"]) == (
         "enqueued[0]", "why not", 1.0, 4.0, "low acceptance")  # fmt: skip
     assert row["candidate_key"] == "k" and row["note"] is None
+    assert row["accept_histogram"] == [10, 20, 20]  # the successful measured requests'
+
+
+def test_the_accept_histogram_is_stored_per_request_and_summed_per_trial(tmp_path) -> None:
+    store = ParquetTrialStore(str(tmp_path))
+    base = _record(0)
+    one, two = _request(0), _request(1)
+    requests = (
+        one,
+        dataclasses.replace(two, accept_histogram=(1, 2, 3, 4)),
+        dataclasses.replace(two, run=-1, accept_histogram=(99,)),  # warm-up: not counted
+        dataclasses.replace(two, index=1, accept_histogram=None),  # none sent
+    )
+    store.append_trial(dataclasses.replace(base, result=dataclasses.replace(
+        base.result, requests=requests)))  # fmt: skip
+    rows = store.load_requests().to_pylist()
+    assert [r["accept_histogram"] for r in rows] == [[10, 20, 20], [1, 2, 3, 4], [99], None]
+    assert tuple(request_record(r) for r in rows) == requests
+    (row,) = store.load_trials().to_pylist()
+    assert row["accept_histogram"] == [11, 22, 23, 4]
+    store.append_trial(dataclasses.replace(base.result, trial=1, requests=()))
+    assert store.load_trials().to_pylist()[1]["accept_histogram"] is None
 
 
 def test_a_reused_or_unlaunched_record_is_not_a_restart(tmp_path) -> None:

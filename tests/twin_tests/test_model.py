@@ -1,4 +1,5 @@
-"""PerfModel and NoiseModel against twin-model.md §5-§8 and §11, and the DESIGN.md field table.
+"""PerfModel and NoiseModel against docs/twin-model.md (its worked values) and the field table
+there.
 
 Deterministic rows use expected values (no noise). The Monte-Carlo checks are seeded.
 """
@@ -44,7 +45,7 @@ def model(
     return PerfModel(profile, nccl, spec)
 
 
-# -------------------------------------------------------------- §11.2 worked arithmetic
+# ------------------------------------------------------------------- worked arithmetic
 
 
 def test_baseline_tuned() -> None:
@@ -120,12 +121,12 @@ def test_shares_and_reported_acceptance() -> None:
     assert k2.draft_ms() / k2.step_ms(1) == pytest.approx(0.046, abs=0.001)
     assert k5.draft_ms() / k5.step_ms(1) == pytest.approx(0.055, abs=0.001)
     assert k5.verify_ms() / k5.step_ms(1) == pytest.approx(0.945, abs=0.001)
-    # §6.7: (L - 1) / k.
+    # The accept rate as reported: (L - 1) / k.
     assert (k2.expected_accept_length() - 1) / 2 == pytest.approx(0.445, abs=0.001)
     assert (k5.expected_accept_length() - 1) / 5 == pytest.approx(0.193, abs=0.001)
 
 
-# ----------------------------------------------------------------------- §11.3 step sweep
+# ----------------------------------------------------------------------------- step sweep
 
 SWEEP_UNTUNED = [68.6, 75.9, 75.4, 72.9, 70.3, 67.9, 65.6, 63.6, 61.7, 59.9]
 SWEEP_TUNED = [85.7, 94.9, 94.0, 90.5, 86.9, 83.5, 80.5, 77.7, 75.1, 72.8]
@@ -150,7 +151,7 @@ def test_sweep_optimum_is_two_steps(nccl: NcclSetup) -> None:
     assert gain == pytest.approx(0.20 if nccl is UNTUNED else 0.07, abs=0.01)
 
 
-# ---------------------------------------------------------------------- §11.5 tree rows
+# ----------------------------------------------------------------------------- tree rows
 
 TREE_ROWS = [
     # k, topk, N, L ref, cycle ms, tok/s ref, L flat 0.77, tok/s flat 0.77
@@ -210,7 +211,7 @@ def test_spec_must_be_normalised() -> None:
         model(spec=SpecSettings("EAGLE3", 0, 1, 1))
 
 
-# ---------------------------------------------------------------------- §11.6 concurrency
+# ---------------------------------------------------------------------------- concurrency
 
 CONCURRENCY = [
     # B, no spec, k=2 ref, k=5 flat 0.77, t_AR decode, t_AR verify (N=3)
@@ -243,7 +244,7 @@ def test_high_concurrency_with_nccl_choosing() -> None:
     assert 128 * model(nccl, chain(2)).expected_tok_s(128, 1000) == pytest.approx(2187, rel=0.01)
 
 
-# -------------------------------------------------------------- §11.7 stronger drafters
+# ---------------------------------------------------------------------- stronger drafters
 
 
 @pytest.mark.parametrize(
@@ -277,7 +278,7 @@ def test_acceptance_mult_and_cap() -> None:
     assert model().expected_accept_length(1.5) == 1.0
 
 
-# ------------------------------------------------------- DESIGN.md field table (tok/s avg)
+# ----------------------------------------------- the field table (tok/s avg), docs/twin-model.md
 
 FIELD = [
     # name, env, steps, measured avg, measured peak
@@ -328,7 +329,7 @@ def test_field_table_simulated(row: tuple[str, dict[str, str], int | None, float
     assert statistics.mean(peaks) == pytest.approx(peak, rel=0.05)
 
 
-# -------------------------------------------------------------- per-cycle sampling (§6.8)
+# --------------------------------------------------------------------- per-cycle sampling
 
 
 @pytest.mark.parametrize(
@@ -406,7 +407,7 @@ def test_invalid_arguments() -> None:
         model().draft_ms()
 
 
-# ------------------------------------------------------------------------- noise (§8)
+# ---------------------------------------------------------------------------------- noise
 
 
 def test_noise_is_reproducible() -> None:

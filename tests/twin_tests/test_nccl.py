@@ -1,4 +1,5 @@
-"""NCCL resolution: §3.2 parsing, step A choice, step B cost, and the §11.4 sensitivity table."""
+"""NCCL resolution (docs/twin-model.md): parsing, step A choice, step B cost, the sensitivity
+table."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _tok_s(setup: NcclSetup, steps: int | None) -> float:
     return PerfModel(PROFILE, setup, spec).expected_tok_s()
 
 
-# twin-model.md §11.4: env, pick at 14 KB, µs at 14/43/86 KB, base tok/s, k=2, k=5.
+# The NCCL sensitivity table: env, pick at 14 KB, µs at 14/43/86 KB, base tok/s, k=2, k=5.
 SENSITIVITY = [
     ("untuned", {}, ("Ring", "Simple"), (61.1, 63.0, 65.7), (63.1, 75.9, 70.3)),
     ("P2P_LEVEL=SYS", SYS, ("Ring", "Simple"), (47.1, 48.2, 49.8), (71.0, 82.3, 76.3)),
@@ -178,7 +179,8 @@ def test_caret_ll_switches_to_simple_at_86_kb() -> None:
     ]
 
 
-# twin-model.md §12 item 6: NCCL_MIN_NCHANNELS moves NCCL's pick (choice_uses_min_channels).
+# docs/twin-model.md, *Open points*: NCCL_MIN_NCHANNELS moves NCCL's pick
+# (choice_uses_min_channels).
 MIN_CHANNELS = [
     ("4", [("Tree", "Simple"), ("Ring", "Simple"), ("Ring", "Simple")], (65.2, 76.0, 70.4)),
     ("8", [("Ring", "LL"), ("Tree", "Simple"), ("Ring", "Simple")], (77.0, 77.6, 71.2)),
@@ -219,14 +221,14 @@ def test_legacy_min_nrings() -> None:
 def test_step_a_estimate_checks() -> None:
     setup = _setup({})
     s = 14336.0
-    # §4.1 checks: Ring/LL = 20.6 + S/57, Ring/Simple = 88.2 + S/114 (mis-detected 0.1 GB/s x 2).
+    # Step A checks: Ring/LL = 20.6 + S/57, Ring/Simple = 88.2 + S/114 (mis-detected 0.1 GB/s x 2).
     assert setup.estimate_us("Ring", "LL", s) == pytest.approx(20.6 + s / 57.14, rel=1e-3)
     assert setup.estimate_us("Ring", "Simple", s) == pytest.approx(88.2 + s / 114.3, rel=1e-3)
     assert setup.estimate_us("Tree", "LL", 0) == pytest.approx(20.8)
     assert setup.estimate_us("Ring", "LL128", 0) == pytest.approx(49.0)
     assert setup.estimate_us("Tree", "LL128", 0) == pytest.approx(40.6)
     assert setup.estimate_us("Tree", "Simple", 0) == pytest.approx(64.4)
-    # Between Ring/LL and Ring/Simple, Simple wins above ~7.7 KB (§4.1 checks compare rings).
+    # Between Ring/LL and Ring/Simple, Simple wins above ~7.7 KB (step A's checks compare rings).
     ring = _setup({"NCCL_ALGO": "Ring"})
     assert ring.choice(7000) == ("Ring", "LL")
     assert ring.choice(8500) == ("Ring", "Simple")
@@ -266,13 +268,13 @@ def test_no_op_variables_change_nothing() -> None:
 
 
 def test_consistency_gap_per_call() -> None:
-    # §4.2: the untuned-minus-tuned gap per call at 14 KB is 36.6 µs (measured 37.4).
+    # Step B: the untuned-minus-tuned gap per call at 14 KB is 36.6 µs (measured 37.4).
     gap = _setup({}).allreduce_us(14336) - _setup(TUNED).allreduce_us(14336)
     assert gap == pytest.approx(36.6, abs=0.1)
 
 
 def test_high_batch_forced_ll_is_slower_than_simple() -> None:
-    # §7: forced LL is ~30 % slower per call than Simple at ~2 MB.
+    # docs/twin-model.md, *Batching*: forced LL is ~30 % slower per call than Simple at ~2 MB.
     ll = _setup(LL_SYS).allreduce_us(2_000_000)
     simple = _setup({"NCCL_PROTO": "Simple", **SYS}).allreduce_us(2_000_000)
     assert ll / simple == pytest.approx(1.3, abs=0.1)

@@ -1,4 +1,5 @@
-"""Profiles: the built-in reference profile holds every constant of twin-model.md §9, and
+"""Profiles: the built-in reference profile holds every constant of the model (docs/twin-model.md),
+and
 loading is strict (missing, unknown or mistyped keys raise ProfileError naming the key)."""
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def test_builtin_name_is_listed_and_loads() -> None:
     assert profile.name == NAME
 
 
-# Every constant of twin-model.md §9 (the reference profile), as (getter, value).
+# Every constant of the reference profile, as (getter, value).
 SECTION_9 = [
     (lambda p: p.hardware.n_ranks, 8),
     (lambda p: p.hardware.ring_link_paths, ("PHB",) * 6 + ("SYS",) * 2),
@@ -137,7 +138,8 @@ SECTION_9 = [
         lambda p: (p.noise.sigma_time, p.noise.accept_floor, p.noise.sigma_start),
         (0.003, 0.5, 0.01),
     ),
-    # §8: the twin samples every cycle, so sigma_accept is the per-cycle-sampling value.
+    # docs/twin-model.md, *Noise*: the twin samples every cycle, so sigma_accept is the per-cycle-
+    # sampling value.
     (lambda p: p.noise.sigma_accept, 0.056),
 ]
 
@@ -155,7 +157,7 @@ def test_uncalibrated_placeholders_are_labelled() -> None:
         line = next(li for li in section.splitlines() if li.strip().startswith(key))
         assert "UNCALIBRATED" in line, line
     u = load_profile(NAME).uncalibrated
-    # TTFT of a short prompt lands in the 60-110 ms anchor (§12 item 7).
+    # TTFT of a short prompt lands in the 60-110 ms anchor (docs/twin-model.md, *Open points*).
     assert 60 <= u.prefill_base_ms + 100 * u.prefill_ms_per_token <= 110
 
 

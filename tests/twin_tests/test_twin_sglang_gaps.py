@@ -112,7 +112,11 @@ def test_chat_role_goes_out_with_the_first_token(paced: TwinProcess) -> None:
     with httpx.stream("POST", paced.base_url + "/v1/chat/completions", json=body, timeout=30) as r:
         events = _events(r)
     (t_role, role), (t_first, first) = events[0], events[1]
-    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert role["choices"][0]["delta"] == {
+        "reasoning_content": None,
+        "role": "assistant",
+        "content": "",
+    }
     assert first["choices"][0]["delta"]["content"]
     ttft = t_first - t0
     assert ttft > 0.02  # the twin's prefill and first step

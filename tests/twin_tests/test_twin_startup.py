@@ -90,7 +90,7 @@ def test_topk_one_forcing_and_cap_visible(start_twin: StartTwin) -> None:
     log = twin.log()
     assert "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1" in log
     assert "Max running requests is reset to 48 for speculative decoding." in log
-    # startup order of SGLang (contract §6.3)
+    # startup order of SGLang (docs/sglang.md, *Log lines*)
     order = [
         "Init torch distributed begin",
         "Load weight begin",

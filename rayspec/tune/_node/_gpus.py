@@ -10,6 +10,7 @@ from typing import Any
 from typing import Protocol
 from typing import cast
 
+from rayspec._plural import plural
 from rayspec.tune._node._findings import Findings
 
 GiB = 1024**3
@@ -151,13 +152,14 @@ def check_gpus(
     seen = "unset" if cuda_visible is None else repr(cuda_visible)
     if num_gpus is not None and num_gpus > len(gpus):
         out.problems.append(
-            f"cluster.num_gpus: {num_gpus} but this node shows {len(gpus)} GPUs "
+            f"cluster.num_gpus: {num_gpus} but this node shows {plural(len(gpus), 'GPU')} "
             f"(CUDA_VISIBLE_DEVICES {seen}); servers would be given GPUs that do not exist"
         )
     usable = list(gpus if num_gpus is None else gpus[:num_gpus])
     if len(usable) < tp_size:
         out.problems.append(
-            f"server.tp_size: a server needs {tp_size} GPUs and this node shows {len(usable)} "
+            f"server.tp_size: a server needs {plural(tp_size, 'GPU')} and this node shows "
+            f"{len(usable)} "
             f"(CUDA_VISIBLE_DEVICES {seen}); lower server.tp_size or run on a larger node"
         )
     # Ray assigns GPU ids without looking at memory: any busy one may land in a trial.

@@ -1,0 +1,96 @@
+"""The real SGLang server without speculation, with the scaffolding: it serves, says what it is,
+and leaves no process behind."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.real_sglang._runs import MAX_NEW_TOKENS
+from tests.real_sglang._runs import PROMPTS
+from tests.real_sglang._runs import ServerRun
+from tests.real_sglang._runs import metric
+from tests.real_sglang._server import scaffold_env
+
+
+@pytest.fixture(scope="module")
+def plain(plain_run: ServerRun) -> ServerRun:
+    return plain_run
+
+
+def test_greedy_generate_answers_with_every_token(plain: ServerRun) -> None:
+    assert len(plain.outputs) == len(PROMPTS)
+    for out in plain.outputs:
+        meta = out["meta_info"]
+        assert meta["completion_tokens"] == MAX_NEW_TOKENS
+        assert len(out["output_ids"]) == MAX_NEW_TOKENS
+        assert meta["finish_reason"] == {"type": "length", "length": MAX_NEW_TOKENS}
+        assert isinstance(out["text"], str) and out["text"]
+        assert not any(k.startswith("spec_") for k in meta)
+
+
+def test_server_info_names_the_cpu_and_the_amx_backend_the_scaffolding_kept(
+    plain: ServerRun,
+) -> None:
+    info = plain.server_info
+    assert info["version"] == "0.5.23"
+    assert info["device"] == "cpu"
+    # Without the AMX override SGLang falls back to torch_native (logged as a warning).
+    assert info["attention_backend"] == "intel_amx"
+    assert "will fallback to torch_native" not in plain.log
+    assert info["speculative_algorithm"] is None
+
+
+def test_metrics_count_the_generated_tokens(plain: ServerRun) -> None:
+    """The readiness probes generate a token each too: count the prompts' tokens as a delta."""
+    name = "sglang:generation_tokens_total"
+    delta = metric(plain.metrics, name) - metric(plain.metrics_before, name)
+    assert delta == len(PROMPTS) * MAX_NEW_TOKENS
+
+
+def test_the_scaffolding_reached_the_spawned_children(plain: ServerRun) -> None:
+    """sitecustomize ran in the server and in the scheduler and detokenizer it spawned."""
+    pids_logged = {int(line.split()[0]) for line in plain.site_log}
+    server, *children = plain.tree
+    assert server in pids_logged
+    spawned = [line for line in plain.site_log if "--multiprocessing-fork" in line]
+    assert len(spawned) >= 2  # scheduler and detokenizer
+    assert all(int(line.split()[1]) == server for line in spawned)
+
+
+def test_stopping_leaves_no_process_of_the_tree(plain: ServerRun) -> None:
+    assert len(plain.tree) >= 3  # the server and at least its scheduler and detokenizer
+    assert plain.alive_after_stop == ()
+
+
+def _env_python(python: Path, code: str, env: dict[str, str]) -> str:
+    out = subprocess.run(
+        [str(python), "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **env},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
+def test_the_env_imports_the_stand_in_kernel_package(sglang_python: Path) -> None:
+    code = "import sgl_kernel; print(sgl_kernel.IS_RAYSPEC_TEST_STAND_IN)"
+    assert _env_python(sglang_python, code, scaffold_env()) == "True"
+
+
+@pytest.mark.parametrize("fake_amx", [True, False])
+def test_the_amx_override_comes_from_the_environment_alone(
+    sglang_python: Path, fake_amx: bool
+) -> None:
+    """Only ``RAYSPEC_TEST_FAKE_AMX=1`` makes SGLang's platform facts say AMX (none here)."""
+    code = (
+        "from sglang.srt.runtime_context import get_platform; "
+        "from sglang.srt.utils.common import cpu_has_amx_support; "
+        "print(get_platform().has_amx, cpu_has_amx_support())"
+    )
+    out = _env_python(sglang_python, code, scaffold_env(fake_amx=fake_amx))
+    assert out == f"{fake_amx} False"

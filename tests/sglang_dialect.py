@@ -1,0 +1,412 @@
+"""SGLang's dialect as rayspec meets it, compared by shape: the same requests go to the twin and
+to real SGLang, and what comes back is compared by key sets and value types, recursively, not
+by value.
+
+``probe`` sends every request rayspec sends (and those outside clients send: the OpenAI stream
+and non-stream forms, ``/tokenize``, ``/detokenize``, ``/v1/models``) and keeps the answers;
+``log_answers`` reads the log lines rayspec parses, with rayspec's own parsers; ``shapes`` turns
+answers into ``{probe: {path: [types]}}``. ``READS`` lists what rayspec reads, with the code that
+reads it. ``problems`` holds the rules: every read path in both with one type; every probe but
+those in ``ONE_WAY`` the same shape in both; no metric or server-info field that SGLang lacks.
+
+``tests/data/sglang-0.5.23-dialect.json`` holds real SGLang's shapes (recorded by
+``tests/real_sglang/test_contract_diff.py`` with ``RAYSPEC_RECORD_DIALECT=1``), so the twin is
+checked against them on every run, real SGLang or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from rayspec.bench import StreamClient
+from rayspec.bench import parse_metrics
+from rayspec.server import parse_decode_lines
+from rayspec.server._backends import _PROBE_LINE
+from rayspec.server._logparse import parse_startup_summary
+
+RECORDED = Path(__file__).parent / "data" / "sglang-0.5.23-dialect.json"
+# The servers compared: the tiny models, without speculation and with an EAGLE-3 chain, as the
+# shared real runs start them (tests/real_sglang: target_flags, eagle_flags(CHAIN), CPU_FLAGS);
+# the twin test without real SGLang starts the twin with these (it takes SGLang's flags, and
+# TWIN_FLAGS of its own to skip pacing).
+EAGLE3 = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
+          "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3")  # fmt: skip
+CPU_FLAGS = ("--device", "cpu", "--disable-overlap-schedule", "--max-total-tokens", "4096",
+             "--sleep-on-idle", "--enable-metrics", "--dtype", "bfloat16",
+             "--attention-backend", "intel_amx")  # fmt: skip
+TWIN_FLAGS = ("--twin-realtime", "false")
+PROMPT = "The red model verifies the draft tree"
+MAX_TOKENS = 24  # per request; ten requests after the flush: past a 40-iteration decode-log window
+TIMEOUT_S = 240.0
+READY_LINE = "The server is fired up and ready to roll!"
+
+# What rayspec reads, by probe: paths of flatten(); "[]" is any element of a list. Each is
+# read by the code named beside it; a path read only with speculation is in SPEC_READS. Not
+# here: the failure texts classify_failure reads (the real-fault tests start those failures)
+# and the version preflight takes from the server's interpreter, not over HTTP.
+READS: dict[str, tuple[str, ...]] = {
+    # bench/_client.py StreamClient._on_chunk (endpoint "generate")
+    "generate_stream.chunk": (
+        "meta_info.completion_tokens",
+        "meta_info.prompt_tokens",
+        "meta_info.finish_reason",
+    ),
+    "generate_stream.final": (
+        "meta_info.completion_tokens",
+        "meta_info.prompt_tokens",
+        "meta_info.finish_reason.type",
+        "meta_info.e2e_latency",
+        "output_ids",
+        "output_ids[]",
+    ),
+    # bench/_client.py StreamClient._on_chunk (endpoint "completions")
+    "completions_stream.content": (
+        "choices[].text",
+        "choices[].finish_reason",
+        "usage.completion_tokens",
+        "usage.prompt_tokens",
+    ),
+    "completions_stream.final": ("choices[].finish_reason", "usage.completion_tokens"),
+    "completions_stream.usage": ("choices", "usage.completion_tokens", "usage.prompt_tokens"),
+    "completions_stream.order": ("order",),
+    # bench/_runner.py afetch_server_view, server/_backends.py _server_info
+    "get_server_info": ("internal_states", "internal_states[].last_gen_throughput"),
+    "server_info": ("internal_states", "internal_states[].last_gen_throughput"),
+    # server/_backends.py wait_ready, flush_cache; bench/_runner.py flush_cache
+    "health_generate": ("status",),
+    "flush_cache": ("status", "text"),
+    # tune/_trial.py _server_view (via bench/_runner.py parse_metrics)
+    "metrics": ("sglang:gen_throughput",),
+    # server/_logparse.py parse_decode_lines, parse_startup_summary (tune/_trial.py _server_view)
+    "log.decode": (
+        "running_req",
+        "num_tokens",
+        "token_usage",
+        "gen_throughput_tok_s",
+        "queue_req",
+        "graph",
+        "timestamp",
+    ),  # fmt: skip
+    "log.startup": ("max_total_num_tokens", "max_running_requests", "context_len"),
+    "log.ready": ("ready_line",),
+    # server/_backends.py _PROBE_LINE (readiness probes left out of a failure's log tail)
+    "log.access": ("probe_line",),
+    # what StreamClient.measure makes of it all (the requests table)
+    "client.generate": ("prompt_tokens", "completion_tokens", "ttft_ms", "output_ids"),
+    "client.completions": ("prompt_tokens", "completion_tokens", "ttft_ms"),
+}
+SPEC_READS: dict[str, tuple[str, ...]] = {
+    "generate_stream.final": (
+        "meta_info.spec_verify_ct", "meta_info.spec_correct_drafts_histogram[]"),
+    "completions_stream.sglext": (
+        "choices",
+        "sglext.spec_tokens_details.spec_verify_ct",
+        "sglext.spec_tokens_details.spec_correct_drafts_histogram[]",
+    ),
+    "get_server_info": ("internal_states[].avg_spec_accept_length",),
+    "server_info": ("internal_states[].avg_spec_accept_length",),
+    "metrics": ("sglang:spec_accept_length",),
+    "log.decode": ("accept_len", "accept_rate"),
+    "client.generate": ("spec_verify_ct", "accept_length", "accept_histogram"),
+    "client.completions": ("spec_verify_ct", "accept_length", "accept_histogram"),
+}  # fmt: skip
+
+
+def server_flags(target: str, draft: str | None) -> list[str]:
+    """The flags of the compared server: ``draft`` given, the EAGLE-3 chain with it."""
+    flags = ["--model-path", target, *CPU_FLAGS]
+    if draft is not None:
+        flags += [*EAGLE3, "--speculative-draft-model-path", draft]
+    return flags
+
+
+def load_recorded() -> dict[str, dict[str, Shape]]:
+    """Real SGLang's recorded shapes: ``{"plain": {probe: shape}, "spec": {...}}``."""
+    data = json.loads(RECORDED.read_text())
+    return {mode: data[mode] for mode in ("plain", "spec")}
+
+
+def recordable(real: Mapping[str, Shape], twin: Mapping[str, Shape]) -> dict[str, Shape]:
+    """Real shapes to record: whole, except the server info, of which only the paths the twin
+    has too (enough to tell a field the twin invents later) and those rayspec reads."""
+    read = {p for paths in READS.values() for p in paths} | {
+        p for paths in SPEC_READS.values() for p in paths
+    }
+    out = dict(real)
+    for name in ("get_server_info", "server_info"):
+        keep = set(twin.get(name, {})) | read
+        out[name] = {p: t for p, t in real.get(name, {}).items() if p in keep}
+    return out
+
+
+def record(mode: str, real: Mapping[str, Shape]) -> None:
+    """Write ``real`` (see ``recordable``) as the recorded shapes of ``mode``."""
+    data = json.loads(RECORDED.read_text()) if RECORDED.exists() else {}
+    data[mode] = dict(real)
+    RECORDED.write_text(json.dumps(data, indent=0, sort_keys=True) + "\n")
+
+
+def reads(spec: bool) -> dict[str, tuple[str, ...]]:
+    out = dict(READS)
+    if spec:
+        for name, paths in SPEC_READS.items():
+            out[name] = out.get(name, ()) + paths
+    return out
+
+
+# ----------------------------------------------------------------------------------- shapes
+
+Shape = dict[str, list[str]]  # path -> sorted type names
+
+
+def _type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    return "list" if isinstance(value, list) else "object"
+
+
+def flatten(value: Any, prefix: str = "") -> Shape:
+    """``{path: [types]}`` of a JSON value: ``a.b`` for keys, ``a[]`` for any list element."""
+    found: dict[str, set[str]] = {}
+
+    def walk(item: Any, path: str) -> None:
+        if path:
+            found.setdefault(path, set()).add(_type(item))
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                walk(sub, f"{path}.{key}" if path else str(key))
+        elif isinstance(item, list):
+            for sub in item:
+                walk(sub, f"{path}[]")
+
+    walk(value, prefix)
+    return {path: sorted(types) for path, types in found.items()}
+
+
+def shapes(answers: Mapping[str, Any]) -> dict[str, Shape]:
+    return {name: flatten(value) for name, value in answers.items()}
+
+
+def _compatible(a: list[str], b: list[str]) -> bool:
+    """Same type, where null (a field unset this time) matches anything."""
+    x, y = set(a) - {"null"}, set(b) - {"null"}
+    return not x or not y or x == y
+
+
+@dataclasses.dataclass(frozen=True)
+class Diff:
+    """Paths of one probe's answers: only in real SGLang's, only in the twin's, or in both
+    with different types."""
+
+    only_real: tuple[str, ...]
+    only_twin: tuple[str, ...]
+    mistyped: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.only_real) + len(self.only_twin) + len(self.mistyped)
+
+
+def diff(real: Shape, twin: Shape) -> Diff:
+    return Diff(
+        only_real=tuple(sorted(set(real) - set(twin))),
+        only_twin=tuple(sorted(set(twin) - set(real))),
+        mistyped=tuple(
+            sorted(p for p in set(real) & set(twin) if not _compatible(real[p], twin[p]))
+        ),  # fmt: skip
+    )
+
+
+# Probes whose whole shape must match; the others are checked one way (below). Left out:
+# /server_info (SGLang's ~550 server arguments; the twin has those it resolves), /metrics
+# (SGLang's ~70 series; the twin has those it models).
+ONE_WAY = frozenset({"get_server_info", "server_info", "metrics"})
+TWIN_ONLY_OK = {  # prefixes of paths only the twin has, by design
+    "get_server_info": ("rayspec_twin",),  # its own section
+    "server_info": ("rayspec_twin",),
+    "log.startup": ("available_gpu_mem_gb",),  # a GPU node's; this CPU's is available_cpu_mem
+}
+
+
+def problems(real: Mapping[str, Shape], twin: Mapping[str, Shape], spec: bool) -> list[str]:
+    """Where the twin's shapes break the contract with real SGLang's, one line each."""
+    out = []
+    for name, paths in reads(spec).items():
+        a, b = real.get(name, {}), twin.get(name, {})
+        for path in paths:
+            if path not in a or path not in b:
+                where = " and ".join(w for w, f in (("real", a), ("twin", b)) if path not in f)
+                out.append(f"{name}: {path} (read by rayspec) missing in {where}")
+            elif not _compatible(a[path], b[path]):
+                out.append(f"{name}: {path} (read by rayspec) is {a[path]} in real, {b[path]} "
+                           "in the twin")  # fmt: skip
+    for name in sorted(set(real) | set(twin)):
+        d = diff(real.get(name, {}), twin.get(name, {}))
+        invented = [p for p in d.only_twin if not p.startswith(TWIN_ONLY_OK.get(name, ()))]
+        if name in ONE_WAY:
+            if invented or d.mistyped:
+                out.append(f"{name}: twin-only {invented}, mistyped {list(d.mistyped)}")
+        elif d.only_real or invented or d.mistyped:
+            out.append(f"{name}: real-only {list(d.only_real)}, twin-only {invented}, "
+                       f"mistyped {list(d.mistyped)}")  # fmt: skip
+    return out
+
+
+def diff_counts(
+    real: Mapping[str, Shape], twin: Mapping[str, Shape]
+) -> dict[str, tuple[int, ...]]:
+    """``{probe: (real-only, twin-only, mistyped)}`` for every probe that differs."""
+    out = {}
+    for name in sorted(set(real) | set(twin)):
+        d = diff(real.get(name, {}), twin.get(name, {}))
+        if d.count:
+            out[name] = (len(d.only_real), len(d.only_twin), len(d.mistyped))
+    return out
+
+
+# ----------------------------------------------------------------------------------- probes
+
+
+def _sse(client: httpx.Client, path: str, body: Mapping[str, Any]) -> list[Any]:
+    with client.stream("POST", path, json=dict(body)) as response:
+        response.raise_for_status()
+        return [json.loads(line[6:]) for line in response.iter_lines()
+                if line.startswith("data: ") and line != "data: [DONE]"]  # fmt: skip
+
+
+def _role(chunk: dict[str, Any]) -> str:
+    if chunk.get("choices"):
+        choice = chunk["choices"][0]
+        if choice.get("finish_reason"):
+            return "final"
+        delta = choice.get("delta") or {}
+        return "role" if "role" in delta else "content"
+    if chunk.get("sglext"):
+        return "sglext"
+    return "usage" if chunk.get("usage") else "empty"
+
+
+def _by_role(chunks: list[Any], name: str) -> dict[str, Any]:
+    """The stream's chunks by role (the first of each; ``order``: the roles, repeats merged)."""
+    out: dict[str, Any] = {}
+    order: list[str] = []
+    for chunk in chunks:
+        role = _role(chunk)
+        out.setdefault(f"{name}.{role}", chunk)
+        if not order or order[-1] != role:
+            order.append(role)
+    out[f"{name}.order"] = {"order": " ".join(order)}
+    return out
+
+
+def _record(url: str, endpoint: str) -> dict[str, Any]:
+    """What rayspec's own client records of one request (the fields it set, by name)."""
+
+    async def one() -> Any:
+        async with StreamClient(url, endpoint=endpoint, read_timeout_s=TIMEOUT_S) as client:
+            return await client.measure(PROMPT, MAX_TOKENS, scenario="s", run=0, index=0,
+                                        concurrency=1)  # fmt: skip
+
+    record = asyncio.run(one())
+    assert record.ok, f"{endpoint}: {record.error}"
+    return {k: (list(v) if isinstance(v, tuple) else v)
+            for k, v in dataclasses.asdict(record).items() if v is not None}  # fmt: skip
+
+
+def probe(base_url: str) -> dict[str, Any]:
+    """Send every request of the contract to a ready server; the answers by probe name."""
+    out: dict[str, Any] = {}
+    greedy = {"temperature": 0, "max_new_tokens": MAX_TOKENS, "ignore_eos": True}
+    with httpx.Client(base_url=base_url, timeout=TIMEOUT_S, trust_env=False) as c:
+        r = c.get("/health_generate")
+        out["health_generate"] = {"status": r.status_code}
+        r = c.post("/flush_cache")
+        out["flush_cache"] = {"status": r.status_code, "text": r.text.split(".")[0]}
+        # rayspec's own client first (the decode-log window and the lifetime accept length
+        # need tokens generated since the flush), then the raw forms.
+        out["client.generate"] = _record(base_url, "generate")
+        out["client.completions"] = _record(base_url, "completions")
+        body = {"text": PROMPT, "sampling_params": greedy}
+        out["generate"] = c.post("/generate", json=body).json()
+        chunks = _sse(c, "/generate", {**body, "stream": True})
+        out["generate_stream.chunk"] = chunks[0]
+        out["generate_stream.final"] = chunks[-1]
+        openai = {"model": "default", "max_tokens": MAX_TOKENS, "temperature": 0,
+                  "ignore_eos": True, "return_spec_tokens_details": True}  # fmt: skip
+        usage = {"stream": True, "stream_options": {"include_usage": True}}
+        continuous = {
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        # StreamClient's own payload (continuous usage), then the plain include_usage form.
+        chunks = _sse(c, "/v1/completions", {**openai, "prompt": PROMPT, **continuous})
+        out |= _by_role(chunks, "completions_stream")
+        chunks = _sse(c, "/v1/completions", {**openai, "prompt": PROMPT, **usage})
+        out |= _by_role(chunks, "completions_stream_usage")
+        messages = [{"role": "user", "content": PROMPT}]
+        chunks = _sse(c, "/v1/chat/completions", {**openai, "messages": messages, **usage})
+        out |= _by_role(chunks, "chat_stream")
+        out["completions"] = c.post("/v1/completions", json={**openai, "prompt": PROMPT}).json()
+        out["chat_completions"] = c.post(
+            "/v1/chat/completions", json={**openai, "messages": messages}).json()  # fmt: skip
+        out["models"] = c.get("/v1/models").json()
+        out["tokenize_prompt"] = c.post("/tokenize", json={"prompt": PROMPT}).json()
+        out["tokenize_messages"] = c.post("/tokenize", json={"messages": messages}).json()
+        ids = out["generate"]["output_ids"]
+        out["detokenize"] = c.post(
+            "/detokenize", json={"tokens": ids, "skip_special_tokens": False}).json()  # fmt: skip
+        info = c.get("/get_server_info").json()
+        out["get_server_info"] = info
+        out["server_info"] = c.get("/server_info").json()
+        out["metrics"] = {name: "metric" for name in parse_metrics(c.get("/metrics").text)}
+    return out
+
+
+def answers(base_url: str, log_path: Path) -> dict[str, Any]:
+    """The probe's answers and the log lines rayspec parses, of one ready server."""
+    return probe(base_url) | log_answers(log_path)
+
+
+def log_answers(log_path: Path) -> dict[str, Any]:
+    """The log lines rayspec parses, as the fields its parsers found (None fields left out)."""
+    text = log_path.read_text(errors="replace")
+    decode = parse_decode_lines(text)
+    summary = parse_startup_summary(text)
+    return {
+        "log.decode": {k: v for k, v in dataclasses.asdict(decode[-1]).items() if v is not None}
+        if decode
+        else {},
+        "log.startup": {k: v for k, v in dataclasses.asdict(summary).items() if v is not None}
+        if summary
+        else {},
+        "log.ready": {"ready_line": True} if READY_LINE in text else {},
+        "log.access": _access_lines(text),
+    }
+
+
+def _access_lines(text: str) -> dict[str, bool]:
+    """The access-log lines of the readiness probes: rayspec's filter finds them; SGLang
+    0.5.23 stamps them like its own lines (present keys are the shape)."""
+    lines = [ln for ln in text.splitlines() if '"GET /health_generate HTTP/1.1"' in ln]
+    out = {}
+    if lines and all(_PROBE_LINE.search(ln) for ln in lines):
+        out["probe_line"] = True
+    if lines and all(re.match(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] INFO: ", ln) for ln in lines):
+        out["stamped"] = True
+    return out

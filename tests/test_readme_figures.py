@@ -1,0 +1,61 @@
+"""The README's figures about the benchmarks match what the benchmarks do when run as printed
+(their defaults), and a plain benchmark run leaves the shipped results alone."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+from types import ModuleType
+
+from tests.helpers import REPO
+
+
+def _benchmark(name: str) -> ModuleType:
+    path = os.path.join(REPO, "benchmarks", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _readme() -> str:
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
+        return " ".join(fh.read().split())
+
+
+def test_search_efficiency_study_counts() -> None:
+    bench = _benchmark("search_efficiency")
+    defaults = bench.parser().parse_args([])
+    strategies = len(defaults.strategies.split(","))
+    cases = defaults.cases.split(",")
+    studies = len(cases) * strategies * defaults.seeds
+    text = _readme()
+    assert (
+        f"`.venv/bin/python benchmarks/search_efficiency.py` drives the real study loop "
+        f"{studies} times ({len(cases)} cases x {strategies} strategies x {defaults.seeds} seeds"
+    ) in text
+    # The table's subset: the --cases it names, and the number of studies it says they are.
+    m = re.search(r"without SGLang's newer modes, (\d+) studies \(`--cases ([a-z/,]+)`\)", text)
+    assert m is not None
+    subset = m.group(2).split(",")
+    assert set(subset) <= set(bench.CASES)
+    assert int(m.group(1)) == len(subset) * strategies * defaults.seeds
+    assert f"a budget of {defaults.budget} restarts" in text
+
+
+def test_scaling_figures_and_results_file() -> None:
+    bench = _benchmark("scaling")
+    defaults = bench.parser().parse_args([])
+    text = _readme()
+    assert (
+        f"`benchmarks/scaling.py` runs the same twin study ({defaults.budget} restarts, seed "
+        f"{defaults.seed})"
+    ) in text
+    assert f"each trial lengthened by an {defaults.startup_s:g} s simulated server start" in text
+    assert defaults.out is None  # a plain run prints; it never overwrites the shipped results
+    with open(os.path.join(REPO, "benchmarks", "results", "scaling.txt"), encoding="utf-8") as fh:
+        assert f"restart budget {defaults.budget}, seed {defaults.seed}" in fh.readline()
