@@ -384,7 +384,15 @@ def test_taken_port_is_refused_before_anything_starts(tmp_path) -> None:
         out = tmp_path / "runs"
         path = write_experiment(str(tmp_path), twin_doc(str(out)))
         proc = subprocess.run(
-            [sys.executable, "-m", "rayspec.tune", path, f"server.port={port}"],
+            # No dashboard: its port 8265 may be held here, and would be a second line.
+            [
+                sys.executable,
+                "-m",
+                "rayspec.tune",
+                path,
+                f"server.port={port}",
+                "cluster.include_dashboard=false",
+            ],  # fmt: skip
             capture_output=True,
             text=True,
             cwd=REPO,
@@ -409,7 +417,8 @@ def test_real_engine_without_sglang_is_refused(tmp_path, capsys) -> None:
     doc = twin_doc(str(tmp_path / "runs"), **FIELD)
     # A free port: the default 30000 may be held by any SGLang on the machine, and the port
     # line would come first.
-    rc = main([write_experiment(str(tmp_path), doc), f"server.port={free_port_block(1)}"])
+    rc = main([write_experiment(str(tmp_path), doc), f"server.port={free_port_block(1)}",
+               "cluster.include_dashboard=false"])  # fmt: skip
     err = capsys.readouterr().err
     assert rc == 2 and "server.engine: sglang is not installed" in err
     assert not (tmp_path / "runs").exists()

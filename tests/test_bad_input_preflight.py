@@ -51,6 +51,9 @@ def refused(argv: list[str], capsys: Any, expected: str) -> str:
 
 
 def experiment(tmp_path: Any, **sections: Any) -> str:
+    """A twin experiment without the Ray dashboard (its port 8265 may be held here: a test
+    never depends on a fixed port being free); the dashboard tests turn it on."""
+    sections.setdefault("cluster", {"include_dashboard": False})
     return write_experiment(str(tmp_path), twin_doc(str(tmp_path / "runs"), **sections))
 
 
@@ -168,7 +171,12 @@ def test_a_taken_dashboard_port(tmp_path, capsys, no_ray) -> None:
         sock.listen()
         taken = sock.getsockname()[1]
         refused(
-            [experiment(tmp_path), f"cluster.dashboard_port={taken}", port()],
+            [
+                experiment(tmp_path),
+                "cluster.include_dashboard=true",
+                f"cluster.dashboard_port={taken}",
+                port(),
+            ],  # fmt: skip
             capsys,
             f"cluster.dashboard_port: {taken} on 127.0.0.1 is already in use",
         )
@@ -177,7 +185,12 @@ def test_a_taken_dashboard_port(tmp_path, capsys, no_ray) -> None:
 
 def test_an_unresolvable_dashboard_host(tmp_path, capsys, no_ray) -> None:
     refused(
-        [experiment(tmp_path), "cluster.dashboard_host=no-such-host.invalid", port()],
+        [
+            experiment(tmp_path),
+            "cluster.include_dashboard=true",
+            "cluster.dashboard_host=no-such-host.invalid",
+            port(),
+        ],  # fmt: skip
         capsys,
         "cluster.dashboard_host: cannot resolve 'no-such-host.invalid'",
     )
