@@ -669,7 +669,8 @@ def _short(value: str) -> str:
 
 
 def _validate_values(cfg: ExperimentConfig) -> None:
-    """No value carries a control character, and every number is finite.
+    """Every value has its declared type, no string carries a control character, and every
+    number is finite and fits 64 bits.
 
     Every string of the experiment can reach a server's argv or environment, ``best.sh`` or
     a progress line; a line break there ends a comment of ``best.sh`` (the next line would
