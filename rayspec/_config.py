@@ -15,10 +15,16 @@ value and what is expected.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
+import functools
 import keyword
+import math
 import os
 import re
+import types
+import typing
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -29,6 +35,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rayspec._exceptions import ConfigError
+from rayspec._text import unsafe_char
 
 __all__ = [
     "BenchConfig",
@@ -82,6 +89,8 @@ MANAGED_FLAGS = (
     "--cuda-graph-max-bs",
     "--cuda-graph-max-bs-decode",
 )
+# SGLang merges the flags of this YAML file into its argv before parsing: past every check here.
+FILE_FLAGS = ("--config",)
 # Parsed by SGLang and never read (docs/sglang.md, *Flags rayspec keeps out*): searching it
 # measures noise.
 DEAD_FLAGS = ("--num-continuous-decode-steps",)
@@ -93,6 +102,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESOURCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:/-]*$")
 _RAY_BUILTIN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 _VERSION = re.compile(r"^\d+\.\d+(\.\d+)?([.\w]*)$")
+MAX_NAME_LEN = 128
+MAX_SEED = 2**32 - 1  # NumPy's and Optuna's samplers take 32-bit seeds
 
 
 class Engine(str, enum.Enum):
@@ -203,6 +214,9 @@ class ServerConfig:
     startup_timeout_s: float = 1800.0
     stop_timeout_s: float = 30.0
     allow_nvlink_multicast: bool = False
+    # NCCL_* names rayspec does not know that your NCCL reads (engine sglang refuses an
+    # unknown one otherwise: NCCL ignores a misspelt variable silently).
+    extra_nccl_vars: list[str] = field(default_factory=list)
     twin: TwinConfig = field(default_factory=TwinConfig)
 
     @property
@@ -350,19 +364,122 @@ class ExperimentConfig:
         return OmegaConf.to_yaml(OmegaConf.structured(self))
 
 
-def _read_yaml(path: str) -> dict[str, Any]:
+# An alias repeats a node without copying it, OmegaConf then copies every repeat: a file of
+# nested aliases (a "billion laughs") would expand past memory. Refused above this many nodes.
+YAML_MAX_NODES = 100_000
+
+
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]
+    """PyYAML's safe loader that refuses a key given twice in one mapping (YAML forbids it;
+    PyYAML would keep the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may be overridden
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class says so
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+def _expanded_nodes(root: yaml.Node) -> int:
+    """How many nodes ``root`` holds once every alias is expanded (counted, not built).
+
+    Raises:
+        ValueError: an alias refers to a node that contains it (a recursive document).
+    """
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:  # iterative: a deeply nested document must not hit the recursion limit
+        node, children_done = stack.pop()
+        key = id(node)
+        if isinstance(node, yaml.ScalarNode):
+            sizes[key] = 1
+            continue
+        children: list[yaml.Node] = (
+            [n for pair in node.value for n in pair]
+            if isinstance(node, yaml.MappingNode)
+            else list(node.value)
+        )
+        if children_done:
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
+            continue
+        if key in sizes:
+            if sizes[key] < 0:
+                raise ValueError("an alias refers to a node that contains it")
+            continue
+        sizes[key] = -1  # in progress
+        stack.append((node, True))
+        for child in children:
+            if sizes.get(id(child), 0) < 0:
+                raise ValueError("an alias refers to a node that contains it")
+            if id(child) not in sizes:
+                stack.append((child, False))
+    return sizes[id(root)]
+
+
+def _load_yaml_text(text: str, where: str) -> Any:
+    """``text`` as Python data, refusing duplicate keys and alias bombs (ConfigError)."""
+    bad = unsafe_char(text.replace("\n", "").replace("\r", "").replace("\t", ""))
+    if bad is not None:  # YAML refuses most of them too, with a position but not the key
+        line = text[: text.index(bad)].count("\n") + 1
+        raise ConfigError(f"{where}: line {line} holds the control character {ascii(bad)[1:-1]}")
+    loader = _StrictLoader(text)
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            nodes = _expanded_nodes(node)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: invalid YAML: {exc}") from None
+        if nodes > YAML_MAX_NODES:
+            raise ConfigError(
+                f"{where}: its aliases expand to {nodes:,} values (at most {YAML_MAX_NODES:,}); "
+                "write the values out or use fewer aliases"
+            )
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{where}: invalid YAML{at}: {problem}") from exc
+    except RecursionError:
+        raise ConfigError(f"{where}: invalid YAML: nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    path = os.fspath(path)  # a pathlib.Path works too
+    bad = unsafe_char(path)
+    if bad is not None:
+        raise ConfigError(
+            f"{ascii(path)}: the file name holds a control character ({ascii(bad)}); rename it"
+        )
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the experiment file ({exc.strerror})") from exc
     try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from exc
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start}); "
+            "save the experiment file as UTF-8"
+        ) from None
+    loaded = _load_yaml_text(text, path)
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
@@ -370,6 +487,16 @@ def _read_yaml(path: str) -> dict[str, Any]:
             f"{path}: expected a mapping of sections (study, server, ...) at top level"
         )
     return loaded
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_once() -> Any:
+    return OmegaConf.structured(ExperimentConfig)
+
+
+def _schema() -> Any:
+    """The typed defaults, built once (OmegaConf takes tens of ms): a copy to merge into."""
+    return copy.deepcopy(_schema_once())
 
 
 def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
@@ -394,15 +521,28 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
             raise ConfigError(
                 f"override {item!r}: expected dotted.key=value (e.g. study.n_trials=40)"
             )
+        key, _, value = item.partition("=")
+        bad = unsafe_char(value)
+        if bad is not None:
+            raise ConfigError(
+                f"{key}: {_short(value)} holds the control character {ascii(bad)[1:-1]}"
+            )
+        _load_yaml_text(value, f"override {key}")
         dotlist.append(item)
     source = path
+    where = path
     try:
-        merged = OmegaConf.structured(ExperimentConfig)
+        merged = _schema()
         for name, layer in layers:
             source = name  # named in the error if this layer does not fit the schema
-            merged = OmegaConf.merge(merged, OmegaConf.create(layer))
+            for section, body in layer.items():  # one section at a time: named if it fails
+                where = f"{name}: {section}"
+                merged = OmegaConf.merge(merged, OmegaConf.create({section: body}))
         source = "override"
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(dotlist))
+        for item in dotlist:
+            where = f"override {item.partition('=')[0]}"
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
+        where = source = path
         OmegaConf.resolve(merged)
         missing = sorted(OmegaConf.missing_keys(merged))
         if missing:
@@ -414,7 +554,12 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{source}: {_describe_omegaconf_error(exc)}") from exc
     except yaml.YAMLError as exc:  # a malformed override value
-        raise ConfigError(f"override: invalid value ({exc})") from exc
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"override: invalid value ({first})") from exc
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply") from None
+    except (TypeError, ValueError) as exc:  # OmegaConf's own, e.g. a list merged into a mapping
+        raise ConfigError(f"{where}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
     if not isinstance(cfg, ExperimentConfig):  # to_object of this schema always is
         raise ConfigError(f"{path}: not an experiment (expected study, server, ... sections)")
     _normalise(cfg)
@@ -455,11 +600,114 @@ def _fail(key: str, message: str) -> ConfigError:
     return ConfigError(f"{key}: {message}")
 
 
+def _leaves(value: Any, key: str) -> list[tuple[str, Any]]:
+    """Every value of the config tree with its dotted key; a mapping's keys are values too."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: list[tuple[str, Any]] = []
+        for f in dataclasses.fields(value):
+            out += _leaves(getattr(value, f.name), f"{key}.{f.name}" if key else f.name)
+        return out
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            out.append((f"{key} key", k))
+            out += _leaves(v, f"{key}.{k}")
+        return out
+    if isinstance(value, list | tuple):
+        return [leaf for i, v in enumerate(value) for leaf in _leaves(v, f"{key}[{i}]")]
+    return [(key, value)]
+
+
+def _type_error(value: Any, hint: Any, key: str) -> str | None:
+    """Where ``value`` is not of the declared type ``hint`` (OmegaConf lets a list through
+    into a ``dict[str, str]`` from an override): the first such key and what it holds."""
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint) and isinstance(value, hint):  # type: ignore[arg-type]
+        hints = typing.get_type_hints(hint)
+        for f in dataclasses.fields(hint):
+            found = _type_error(
+                getattr(value, f.name), hints[f.name], f"{key}.{f.name}".lstrip(".")
+            )
+            if found:
+                return found
+        return None
+    if origin in (types.UnionType, typing.Union):
+        errors = [_type_error(value, arg, key) for arg in typing.get_args(hint)]
+        return None if any(e is None for e in errors) else errors[0]
+    if hint is type(None):
+        return None if value is None else f"{key}: expected nothing, got {type(value).__name__}"
+    if hint is Any:
+        return None
+    if origin is dict:
+        if not isinstance(value, dict):
+            return f"{key}: expected a mapping, got {type(value).__name__}"
+        k_hint, v_hint = typing.get_args(hint)
+        for k, v in value.items():
+            found = _type_error(k, k_hint, f"{key} key") or _type_error(v, v_hint, f"{key}.{k}")
+            if found:
+                return found
+        return None
+    if origin is list:
+        if not isinstance(value, list):
+            return f"{key}: expected a list, got {type(value).__name__}"
+        (item_hint,) = typing.get_args(hint)
+        for i, item in enumerate(value):
+            found = _type_error(item, item_hint, f"{key}[{i}]")
+            if found:
+                return found
+        return None
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return None
+    if isinstance(hint, type) and not isinstance(value, hint):
+        return f"{key}: expected {hint.__name__}, got {type(value).__name__} {_short(str(value))}"
+    return None
+
+
+def _short(value: str) -> str:
+    text = ascii(value)
+    return text if len(text) <= 60 else f"{text[:57]}...'"
+
+
+def _validate_values(cfg: ExperimentConfig) -> None:
+    """Every value has its declared type, no string carries a control character, and every
+    number is finite and fits 64 bits.
+
+    Every string of the experiment can reach a server's argv or environment, ``best.sh`` or
+    a progress line; a line break there ends a comment of ``best.sh`` (the next line would
+    run). A NaN passes every ``x <= 0`` check (a NaN timeout never times out).
+    """
+    wrong = _type_error(cfg, ExperimentConfig, "")
+    if wrong:
+        raise ConfigError(wrong)
+    for key, value in _leaves(cfg, ""):
+        if isinstance(value, str):
+            bad = unsafe_char(value)
+            if bad is not None:
+                raise _fail(
+                    key.replace(" key", ""),
+                    f"{_short(value)} holds the control character {ascii(bad)[1:-1]}; values "
+                    "reach the server's command line, its environment and best.sh",
+                )
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise _fail(key, f"{value} is not a finite number")
+        elif isinstance(value, int) and not -(2**63) <= value < 2**63:
+            # Stored in Parquet's int64 columns and passed to C parsers: past it, a late crash.
+            raise _fail(key, f"{value} is out of range (a 64-bit integer)")
+
+
 def validate(cfg: ExperimentConfig) -> None:
     """Check the rules types alone cannot; raise the first problem as :class:`ConfigError`."""
     s, srv, b = cfg.study, cfg.server, cfg.bench
+    _validate_values(cfg)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", s.name):
-        raise _fail("study.name", f"{s.name!r} must be letters, digits, '.', '_' or '-'")
+        raise _fail("study.name", f"{_short(s.name)} must be letters, digits, '.', '_' or '-'")
+    if len(s.name) > MAX_NAME_LEN:  # a folder and file-name prefix: file names end at 255
+        raise _fail("study.name", f"{len(s.name)} characters: at most {MAX_NAME_LEN}")
+    for seed_key, seed in (("study.seed", s.seed), ("server.twin.seed", srv.twin.seed)):
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise _fail(seed_key, f"{seed} must be between 0 and {MAX_SEED} (or empty)")
+    _validate_storage(s.storage)
+    _validate_cluster(cfg)
     if s.n_trials is not None and s.n_trials < 1:
         raise _fail("study.n_trials", f"{s.n_trials} must be at least 1 (or empty: no cap)")
     if s.max_restarts < 1:
@@ -474,6 +722,13 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("server.tp_size", f"{srv.tp_size} must be between 1 and 64")
     if not 1 <= srv.port <= 65535:
         raise _fail("server.port", f"{srv.port} must be a TCP port (1-65535)")
+    slots = max(1, cfg.cluster.max_concurrent_trials)
+    if srv.port + slots - 1 > 65535:
+        raise _fail(
+            "server.port",
+            f"{srv.port}: {slots} concurrent trials use ports {srv.port}-{srv.port + slots - 1}, "
+            "past 65535; choose a lower server.port",
+        )
     if not srv.host:
         raise _fail("server.host", "must not be empty (127.0.0.1 keeps the server on loopback)")
     if srv.max_running_requests < 1:
@@ -482,8 +737,16 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("server.mem_fraction_static", f"{srv.mem_fraction_static} must be in (0, 1)")
     if srv.cuda_graph_max_bs is not None and srv.cuda_graph_max_bs < 1:
         raise _fail("server.cuda_graph_max_bs", "must be at least 1")
-    if srv.startup_timeout_s <= 0 or srv.stop_timeout_s <= 0:
-        raise _fail("server.startup_timeout_s", "timeouts must be positive")
+    for t_key, timeout in (
+        ("server.startup_timeout_s", srv.startup_timeout_s),
+        ("server.stop_timeout_s", srv.stop_timeout_s),
+        ("bench.read_timeout_s", b.read_timeout_s),
+        ("bench.request_timeout_s", b.request_timeout_s),
+    ):
+        if not timeout > 0:
+            raise _fail(t_key, f"{timeout} must be a positive number of seconds")
+    if not b.temperature >= 0:
+        raise _fail("bench.temperature", f"{b.temperature} must be 0 (greedy) or more")
     if not _VERSION.match(srv.sglang_version):
         raise _fail(
             "server.sglang_version", f"{srv.sglang_version!r} is not a version like 0.5.23"
@@ -539,8 +802,6 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("bench.max_tokens", f"{b.max_tokens} must be at least 1")
     if b.concurrency < 1:
         raise _fail("bench.concurrency", f"{b.concurrency} must be at least 1")
-    if b.read_timeout_s <= 0 or b.request_timeout_s <= 0:
-        raise _fail("bench.read_timeout_s", "timeouts must be positive")
     names = [sc.name for sc in b.scenarios]
     for i, sc in enumerate(b.scenarios):
         key = f"bench.scenarios[{i}]"
@@ -584,11 +845,94 @@ def validate(cfg: ExperimentConfig) -> None:
         )
 
 
+def _validate_storage(storage: str) -> None:
+    """The form of ``study.storage`` (what the file system says is preflight's job)."""
+    if storage != storage.strip():
+        raise _fail(
+            "study.storage",
+            f"{_short(storage)} begins or ends with blanks; leave it empty for "
+            "<output.dir>/<study.name>/optuna.journal",
+        )
+    if "://" not in storage:
+        return
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+    from sqlalchemy.exc import NoSuchModuleError
+
+    try:
+        url = make_url(storage)
+        url.get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise _fail(
+            "study.storage",
+            f"{_short(storage)} is not a database URL rayspec can open ({exc}); use a journal "
+            "file path or sqlite:///path/to/study.db",
+        ) from None
+    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        raise _fail(
+            "study.storage",
+            f"{_short(storage)} is an in-memory database (nothing kept); use "
+            "sqlite:///path/to/study.db",
+        )
+
+
+def _host_port(text: str, key: str, default_port: int | None = None) -> tuple[str, int]:
+    host, sep, port_text = text.rpartition(":")
+    if not sep:
+        host, port_text = text, ""
+    host = host.strip("[]")
+    if not port_text and default_port is not None:
+        return host, default_port
+    if not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise _fail(key, f"{_short(text)} is not host:port (a TCP port 1-65535)")
+    return host, int(port_text)
+
+
+# Ray's client server (the port of a ray:// address when none is given).
+RAY_CLIENT_PORT = 10001
+
+
+def cluster_endpoint(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` that ``cluster.address`` connects to; None for "" and ``auto``.
+
+    Raises:
+        ConfigError: the address is not ``auto``, ``host:port`` or ``ray://host[:port]``.
+    """
+    if address in ("", "auto"):
+        return None
+    if address.startswith("ray://"):
+        return _host_port(address.removeprefix("ray://"), "cluster.address", RAY_CLIENT_PORT)
+    if "://" in address:
+        raise _fail(
+            "cluster.address",
+            f"{_short(address)}: expected auto, host:port (the head's GCS) or ray://host:port",
+        )
+    return _host_port(address, "cluster.address")
+
+
+def _validate_cluster(cfg: ExperimentConfig) -> None:
+    cl = cfg.cluster
+    for count_key, count in (("cluster.num_gpus", cl.num_gpus), ("cluster.num_cpus", cl.num_cpus)):
+        if count is not None and count < 0:
+            raise _fail(count_key, f"{count} must be 0 or more (or empty: detected)")
+    if not 1 <= cl.dashboard_port <= 65535:
+        raise _fail("cluster.dashboard_port", f"{cl.dashboard_port} must be a TCP port (1-65535)")
+    cluster_endpoint(cl.address)
+
+
 def _validate_env(cfg: ExperimentConfig) -> None:
-    names = list(cfg.server.env) + list(cfg.search.nccl)
-    for name in names:
+    names = [("server.env", n) for n in cfg.server.env]
+    names += [("search.nccl", n) for n in cfg.search.nccl]
+    for where, name in names:
         if not _ENV_NAME.match(name) or keyword.iskeyword(name):
-            raise _fail(f"env {name!r}", "not a valid environment variable name")
+            raise _fail(
+                where,
+                f"{_short(name)} is not a valid environment variable name (letters, digits "
+                "and _, not starting with a digit)",
+            )
+    for name in cfg.server.extra_nccl_vars:
+        if not (name.startswith("NCCL_") and _ENV_NAME.match(name)):
+            raise _fail("server.extra_nccl_vars", f"{_short(name)} is not an NCCL_* name")
     for name in cfg.search.nccl:
         if not name.startswith("NCCL_"):
             raise _fail(f"search.nccl.{name}", "only NCCL_* variables can be searched here")
@@ -617,8 +961,7 @@ def _validate_env(cfg: ExperimentConfig) -> None:
     if "NCCL_ALGO" in cfg.server.env:
         algo_values.append(cfg.server.env["NCCL_ALGO"])
     for value in algo_values:
-        tokens = re.split(r"[,;:^]", value.lower())
-        if "nvls" in tokens or "nvlstree" in tokens:
+        if _enables_nvls(value):
             raise _fail(
                 "search.nccl.NCCL_ALGO",
                 f"choice {value!r} uses NVLS (NVLink multicast); refused unless "
@@ -626,8 +969,51 @@ def _validate_env(cfg: ExperimentConfig) -> None:
             )
 
 
+def _enables_nvls(algo: str) -> bool:
+    """Whether an ``NCCL_ALGO`` value asks for NVLS by name. NCCL's syntax: ``;``-separated
+    entries, each ``[function:]names``; ``^names`` means every algorithm but those (so
+    ``^NVLS`` turns it off)."""
+    for entry in algo.split(";"):
+        names = entry.rsplit(":", 1)[-1]
+        if names.startswith("^"):
+            continue
+        if {t.strip().lower() for t in names.split(",")} & {"nvls", "nvlstree"}:
+            return True
+    return False
+
+
 def _flag_name(arg: str) -> str:
     return arg.split("=", 1)[0]
+
+
+# SGLang options that are a prefix of a protected flag yet are options of their own: argparse
+# takes an exact match before any abbreviation (checked against SGLang's own parser by
+# tests/contract_tests/test_flag_abbreviations.py).
+_EXACT_SGLANG_PREFIXES: tuple[str, ...] = ()
+
+
+def sglang_reads_as(flag: str, protected: tuple[str, ...]) -> str | None:
+    """The flag of ``protected`` that SGLang's parser reads ``flag`` as, or None.
+
+    SGLang's ``argparse`` parser takes unique prefixes (``allow_abbrev``): ``--hos`` is
+    ``--host``, ``--tp-s`` is ``--tp-size``; ``--flag=value`` is ``--flag``. A prefix of a
+    protected flag is reported even when SGLang would find it ambiguous (that launch fails
+    anyway), unless it is an option of its own.
+    """
+    name = _flag_name(flag)
+    if name in protected:
+        return name
+    if len(name) <= 2 or name in _EXACT_SGLANG_PREFIXES:
+        return None
+    hits = sorted(p for p in protected if p.startswith(name))
+    return hits[0] if hits else None
+
+
+def _spelled(flag: str, meant: str) -> str:
+    name = _flag_name(flag)
+    if name == meant:
+        return meant
+    return f"{name} (SGLang reads it as {meant}: its parser takes unique prefixes)"
 
 
 def _validate_flags(cfg: ExperimentConfig) -> None:
@@ -637,35 +1023,58 @@ def _validate_flags(cfg: ExperimentConfig) -> None:
         for flag in flags:
             name = _flag_name(flag)
             if not name.startswith("--"):
-                raise _fail(where, f"{flag!r} must be a long flag starting with --")
-            if name in MULTICAST_FLAGS and not cfg.server.allow_nvlink_multicast:
+                raise _fail(where, f"{_short(flag)} must be a long flag starting with --")
+            multicast = sglang_reads_as(flag, MULTICAST_FLAGS)
+            if multicast and not cfg.server.allow_nvlink_multicast:
                 raise _fail(
                     where,
-                    f"{name} turns NVLink multicast on; refused unless "
+                    f"{_spelled(flag, multicast)} turns NVLink multicast on; refused unless "
                     "server.allow_nvlink_multicast: true",
                 )
-            if name in MANAGED_FLAGS:
+            managed = sglang_reads_as(flag, MANAGED_FLAGS)
+            if managed:
                 raise _fail(
                     where,
-                    f"{name} is set by rayspec from server.* and search.speculative; "
-                    "set it there instead",
+                    f"{_spelled(flag, managed)} is set by rayspec from server.* and "
+                    "search.speculative; set it there instead",
                 )
-            if name in DEAD_FLAGS:
+            from_file = sglang_reads_as(flag, FILE_FLAGS)
+            if from_file:
                 raise _fail(
                     where,
-                    f"{name} is parsed but never read by SGLang; searching it measures only noise",
+                    f"{_spelled(flag, from_file)} makes SGLang read more flags from a file, "
+                    "past rayspec's checks; give the flags themselves in server.extra_flags",
+                )
+            dead = sglang_reads_as(flag, DEAD_FLAGS)
+            if dead:
+                raise _fail(
+                    where,
+                    f"{_spelled(flag, dead)} is parsed but never read by SGLang; searching it "
+                    "measures only noise",
                 )
     for flag in searched:
+        if "=" in flag:
+            raise _fail(f"search.flags.{flag}", "name the flag alone; its values are the choices")
         if flag in extra:
             raise _fail(f"search.flags.{flag}", "is also fixed in server.extra_flags")
         if not cfg.search.flags[flag]:
             raise _fail(f"search.flags.{flag}", "needs at least one choice")
+        for choice in cfg.search.flags[flag]:
+            if choice.startswith("--"):
+                raise _fail(
+                    f"search.flags.{flag}",
+                    f"choice {_short(choice)} would be read as a flag of its own",
+                )
 
 
 def _validate_space(cfg: ExperimentConfig) -> None:
     sp = cfg.search.speculative
-    if not sp.modes:
-        raise _fail("search.speculative.modes", "needs at least one of off, EAGLE3")
+    if SPEC_OFF not in sp.modes:
+        raise _fail(
+            "search.speculative.modes",
+            f"{sp.modes} must include off: the baseline (no speculation) is trial 0 and "
+            "every trial is compared with it",
+        )
     for mode in sp.modes:
         if mode != SPEC_OFF and mode not in SPEC_MODES:
             raise _fail(

@@ -40,6 +40,9 @@ class FailureReason(str, enum.Enum):
     NODE_LOST = "node_lost"  # the trial's Ray node died mid-trial; retried once elsewhere
     # No node had the trial's GPUs free within cluster.placement_timeout_s: no server started
     NO_PLACEMENT = "no_placement"
+    # The trial's port was held by a process outside the study when its server was to start
+    # (past the wait for a previous server to let go): no server started
+    PORT_IN_USE = "port_in_use"
     UNKNOWN = "unknown"
 
 
@@ -50,6 +53,7 @@ NOT_THE_CONFIG = frozenset(
         FailureReason.INTERRUPTED.value,
         FailureReason.NODE_LOST.value,
         FailureReason.NO_PLACEMENT.value,
+        FailureReason.PORT_IN_USE.value,
     }
 )
 

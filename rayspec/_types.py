@@ -11,6 +11,7 @@ from typing import Any
 from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import FailureReason
 from rayspec._plural import plural
+from rayspec._text import one_line
 
 
 class TrialState(str, enum.Enum):
@@ -98,7 +99,8 @@ class Candidate:
         nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in self.nccl_env)
         nccl = nccl or "NCCL default"
         flags = " " + " ".join(self.flags) if self.flags else ""
-        return f"{spec}; {nccl}{flags}"
+        # One line whatever a value holds: labels go into progress lines and best.sh comments.
+        return one_line(f"{spec}; {nccl}{flags}")
 
 
 @dataclasses.dataclass(frozen=True)

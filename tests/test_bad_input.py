@@ -16,6 +16,7 @@ import pytest
 
 from rayspec.tune.__main__ import main
 from tests.helpers import REPO
+from tests.helpers import free_port_block
 from tests.helpers import twin_doc
 from tests.helpers import write_experiment
 
@@ -109,7 +110,7 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
     ),
     ("nvls-env", {"server": {"env": {"NCCL_NVLS_ENABLE": "1"}}}, [], "NCCL_NVLS_ENABLE"),
     ("nvls-algo", {"search": {"nccl": {"NCCL_ALGO": ["Ring", "NVLS"]}}}, [], "uses NVLS"),
-    ("env-name", {"server": {"env": {"1BAD": "x"}}}, [], "not a valid environment variable"),
+    ("env-name", {"server": {"env": {"1BAD": "x"}}}, [], "server.env: '1BAD' is not a valid"),
     ("non-nccl-searched", {"search": {"nccl": {"CUDA_X": ["1"]}}}, [], "only NCCL_* variables"),
     (
         "dead-flag",
@@ -160,6 +161,161 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
         [],
         "cluster.node_resource: 'h200 nodes' is not a custom resource name",
     ),
+    # -- issue 17: control characters in any value (argv, env, best.sh, progress lines) ------
+    (
+        "newline-in-searched-flag",
+        {
+            "search": {"flags": {"--tokenizer-path": ["x\ntouch PWNED\n#"]}},
+            "study": {"enqueue": [{"flags.--tokenizer-path": "x\ntouch PWNED\n#"}]},
+        },
+        [],
+        "study.enqueue[0].flags.--tokenizer-path: 'x\\ntouch PWNED\\n#' holds the control "
+        "character \\n",
+    ),
+    (
+        "newline-in-searched-flag-only",
+        {"search": {"flags": {"--tokenizer-path": ["x\ntouch PWNED\n#"]}}},
+        [],
+        "search.flags.--tokenizer-path[1]: 'x\\ntouch PWNED\\n#' holds the control character",
+    ),
+    ("cr-in-extra-flag", {"server": {"extra_flags": ["--x", "a\rb"]}}, [], "extra_flags[1]"),
+    (
+        "nul-in-model-path",
+        {**FIELD, "server": {**FIELD["server"], "model_path": "m\0"}},
+        [],
+        "server.model_path: 'm\\x00' holds the control character \\x00",
+    ),
+    ("del-in-env", {"server": {"env": {"FOO": "a\x7fb"}}}, [], "server.env.FOO"),
+    ("c1-next-line", {"server": {"env": {"FOO": "a\x85b"}}}, [], "\\x85"),
+    ("line-separator", {"server": {"attention_backend": "fa3\u2028x"}}, [], "\\u2028"),
+    ("paragraph-sep", {"server": {"twin": {"profile": "p\u2029"}}}, [], "server.twin.profile"),
+    (
+        "newline-in-enqueue",
+        {"study": {"enqueue": [{"nccl.NCCL_PROTO": "LL\nx"}]}},
+        [],
+        "study.enqueue[0].nccl.NCCL_PROTO",
+    ),
+    ("newline-in-env-name", {"server": {"env": {"A\nB": "1"}}}, [], "server.env: 'A\\nB' holds"),
+    ("tab-in-output-dir", {}, ["output.dir=/tmp/a\tb"], "output.dir"),
+    ("escape-in-study-name", {"study": {"name": "t\x1b[2J"}}, [], "study.name"),
+    ("newline-in-unknown-key", {"x\ntouch PWNED\n#": {}}, [], "x\\ntouch PWNED\\n#"),
+    # -- flags as SGLang's argparse reads them (unique prefixes, --flag=value) ---------------
+    (
+        "abbrev-host",
+        {},
+        ["server.extra_flags=[--hos,0.0.0.0]"],
+        "--hos (SGLang reads it as --host",
+    ),
+    ("abbrev-host-equals", {}, ["server.extra_flags=[--hos=0.0.0.0]"], "as --host"),
+    (
+        "abbrev-multicast",
+        {},
+        ["server.extra_flags=[--enable-nccl-nv]"],
+        "--enable-nccl-nv (SGLang reads it as --enable-nccl-nvls: its parser takes unique "
+        "prefixes) turns NVLink multicast on",
+    ),
+    ("abbrev-tp", {}, ["server.extra_flags=[--tp-s,4]"], "as --tp-size"),
+    (
+        "abbrev-searched",
+        {"search": {"flags": {"--enable-symm": ["on"]}}},
+        [],
+        "as --enable-symm-mem",
+    ),
+    (
+        "abbrev-dead",
+        {"search": {"flags": {"--num-continuous-d": ["1", "4"]}}},
+        [],
+        "never read by SGLang",
+    ),
+    (
+        "config-file-flag",
+        {},
+        ["server.extra_flags=[--config,x.yaml]"],
+        "--config makes SGLang read more flags from a file",
+    ),
+    (
+        "flag-choice-is-a-flag",
+        {"search": {"flags": {"--foo": ["--host"]}}},
+        [],
+        "would be read as a flag of its own",
+    ),
+    # -- numbers ---------------------------------------------------------------------------
+    ("seed-negative", {}, ["study.seed=-1"], "study.seed: -1 must be between 0 and 4294967295"),
+    ("seed-huge", {}, ["study.seed=4294967296"], "study.seed: 4294967296 must be between"),
+    ("twin-seed-huge", {}, ["server.twin.seed=99999999999"], "server.twin.seed"),
+    ("name-too-long", {"study": {"name": "a" * 300}}, [], "study.name: 300 characters: at most"),
+    ("num-gpus-negative", {}, ["cluster.num_gpus=-1"], "cluster.num_gpus: -1 must be 0 or more"),
+    ("num-cpus-negative", {}, ["cluster.num_cpus=-2"], "cluster.num_cpus: -2 must be 0 or more"),
+    (
+        "port-plus-slots",
+        {},
+        ["server.port=65535", "cluster.max_concurrent_trials=2"],
+        "server.port: 65535: 2 concurrent trials use ports 65535-65536, past 65535",
+    ),
+    ("dashboard-port-range", {}, ["cluster.dashboard_port=70000"], "cluster.dashboard_port"),
+    (
+        "startup-timeout-nan",
+        {},
+        ["server.startup_timeout_s=nan"],
+        "server.startup_timeout_s: nan is not a finite number",
+    ),
+    ("stop-timeout-zero", {}, ["server.stop_timeout_s=0"], "server.stop_timeout_s: 0.0 must be"),
+    ("read-timeout-nan", {}, ["bench.read_timeout_s=nan"], "bench.read_timeout_s: nan is not"),
+    ("request-timeout-neg", {}, ["bench.request_timeout_s=-1"], "bench.request_timeout_s"),
+    (
+        "temperature-negative",
+        {},
+        ["bench.temperature=-1"],
+        "bench.temperature: -1.0 must be 0 (greedy) or more",
+    ),
+    ("alpha-inf", {}, ["study.alpha=inf"], "study.alpha: inf is not a finite number"),
+    ("max-wall-inf", {}, ["study.max_wall_s=.inf"], "study.max_wall_s: inf is not a finite"),
+    ("placement-nan", {}, ["cluster.placement_timeout_s=nan"], "cluster.placement_timeout_s"),
+    (
+        "rate-nan",
+        {"bench": {"scenarios": [{"name": "a", "request_rate": float("nan")}]}},
+        [],
+        "bench.scenarios[0].request_rate: nan is not a finite number",
+    ),
+    (
+        "int-past-int64",
+        {},
+        ["bench.max_tokens=100000000000000000000"],
+        "bench.max_tokens: 100000000000000000000 is out of range",
+    ),
+    (
+        "list-as-env-value",
+        {},
+        ["server.env={NCCL_PROTO: ['x']}"],
+        "server.env.NCCL_PROTO: expected str, got list",
+    ),
+    ("list-into-mapping", {}, ["search.nccl=[]"], "override search.nccl: "),
+    ("float-overflow", {}, ["server.twin.startup_s=1e400"], "server.twin.startup_s: inf"),
+    # -- storage, cluster, space, twin ------------------------------------------------------
+    ("storage-blank", {"study": {"storage": " "}}, [], "study.storage: ' ' begins or ends with"),
+    (
+        "storage-scheme",
+        {"study": {"storage": "foo://x"}},
+        [],
+        "study.storage: 'foo://x' is not a database URL rayspec can open",
+    ),
+    ("storage-memory", {"study": {"storage": "sqlite://"}}, [], "in-memory database"),
+    ("address-garbage", {}, ["cluster.address=http://x:1"], "cluster.address"),
+    ("address-no-port", {}, ["cluster.address=headnode"], "is not host:port"),
+    ("address-port-range", {}, ["cluster.address=h:99999"], "is not host:port"),
+    (
+        "no-baseline-in-space",
+        {},
+        ["search.speculative.modes=[EAGLE3]"],
+        "search.speculative.modes: ['EAGLE3'] must include off",
+    ),
+    (
+        "twin-fault-bogus",
+        {},
+        ["server.twin.fault=bogus"],
+        "server.twin.fault: --twin-fault 'bogus': unknown kind",
+    ),
+    ("nccl-extra-not-nccl", {}, ["server.extra_nccl_vars=[FOO]"], "server.extra_nccl_vars"),
 ]
 
 
@@ -228,7 +384,15 @@ def test_taken_port_is_refused_before_anything_starts(tmp_path) -> None:
         out = tmp_path / "runs"
         path = write_experiment(str(tmp_path), twin_doc(str(out)))
         proc = subprocess.run(
-            [sys.executable, "-m", "rayspec.tune", path, f"server.port={port}"],
+            # No dashboard: its port 8265 may be held here, and would be a second line.
+            [
+                sys.executable,
+                "-m",
+                "rayspec.tune",
+                path,
+                f"server.port={port}",
+                "cluster.include_dashboard=false",
+            ],  # fmt: skip
             capture_output=True,
             text=True,
             cwd=REPO,
@@ -251,7 +415,10 @@ def test_real_engine_without_sglang_is_refused(tmp_path, capsys) -> None:
     if importlib.util.find_spec("sglang") is not None:
         pytest.skip("sglang is installed here: the check has nothing to refuse")
     doc = twin_doc(str(tmp_path / "runs"), **FIELD)
-    rc = main([write_experiment(str(tmp_path), doc)])
+    # A free port: the default 30000 may be held by any SGLang on the machine, and the port
+    # line would come first.
+    rc = main([write_experiment(str(tmp_path), doc), f"server.port={free_port_block(1)}",
+               "cluster.include_dashboard=false"])  # fmt: skip
     err = capsys.readouterr().err
     assert rc == 2 and "server.engine: sglang is not installed" in err
     assert not (tmp_path / "runs").exists()

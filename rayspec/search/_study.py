@@ -35,6 +35,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState as OptunaState
+from sqlalchemy.exc import SQLAlchemyError
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
@@ -129,6 +130,18 @@ class _AskTellGridSampler(optuna.samplers.GridSampler):
         values: Sequence[float] | None,
     ) -> None:
         del study, trial, state, values
+
+
+def _storage_exists(url: str) -> bool:
+    """Whether ``url`` names storage that exists (a database server is assumed to)."""
+    if "://" not in url:
+        return os.path.exists(url)
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return os.path.exists(os.path.expanduser(parsed.database or ""))
+    return True
 
 
 def _make_storage(url: str) -> BaseStorage | str:
@@ -575,12 +588,18 @@ def _check_stored_choices(
 def check_resumable(cfg: ExperimentConfig, space: SearchSpace) -> None:
     """Before anything starts: refuse to resume a stored study of another experiment."""
     url = cfg.storage_url
-    if "://" not in url and not os.path.exists(url):
+    if not _storage_exists(url):  # opening it would create it (sqlite too): nothing stored
         return
     try:
         stored = optuna.load_study(study_name=cfg.study.name, storage=_make_storage(url))
     except KeyError:  # no study of that name in the storage yet
         return
+    except SQLAlchemyError as exc:
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(url).render_as_string(hide_password=True)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"study.storage: cannot open {shown} ({first[:200]})") from None
     _check_same_experiment(cfg, space, stored.user_attrs)
     _check_stored_choices(cfg, space, stored.get_trials(deepcopy=False))
 

@@ -10,11 +10,11 @@ allows it. The twin takes the same flags, plus ``--twin-*``.
 from __future__ import annotations
 
 import hashlib
-import shlex
 import sys
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
+from rayspec._text import shell_quote
 from rayspec._types import Candidate
 from rayspec._types import LaunchSpec
 from rayspec.server._versions import sglang_features
@@ -148,8 +148,8 @@ def build_launch(
 
 def shell_line(launch: LaunchSpec) -> str:
     """The launch as one copy-pastable shell line (for reports; never executed by rayspec)."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env)
+    env = " ".join(f"{k}={shell_quote(v)}" for k, v in launch.env)
     unset = " ".join(f"-u {k}" for k in launch.unset_env)
     prefix = f"env {unset} " if unset else ""
-    cmd = " ".join(shlex.quote(a) for a in launch.argv)
+    cmd = " ".join(shell_quote(a) for a in launch.argv)
     return f"{prefix}{env} {cmd}".strip()

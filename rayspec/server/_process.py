@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -119,10 +120,14 @@ def check_port_free(host: str, port: int) -> None:
         try:
             sock.bind(addr)
         except OSError as exc:
+            in_use = exc.errno == errno.EADDRINUSE
             raise LaunchError(
                 f"port {port} on {host} is already in use ({exc.strerror}); stop whatever "
-                "listens there or choose another port",
-                reason=FailureReason.UNKNOWN,  # not the candidate's fault
+                "listens there or choose another port"
+                if in_use
+                else f"cannot listen on {host}:{port} ({exc.strerror})",
+                # Not the candidate's fault either way.
+                reason=FailureReason.PORT_IN_USE if in_use else FailureReason.UNKNOWN,
             ) from exc
 
 

@@ -22,6 +22,7 @@ from rayspec._config import load_config
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import RayspecError
 from rayspec._plural import plural
+from rayspec._text import one_line
 
 
 def installed_command(name: str) -> str:
@@ -82,7 +83,10 @@ def _say(line: str) -> None:
 
 
 def _error(message: str, code: int) -> int:
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    # One line per problem (preflight joins several with "\nerror: "), whatever a value in
+    # the message holds: a key or value is quoted back to the user as it was given.
+    for problem in message.split("\nerror: "):
+        print(f"error: {one_line(problem)}", file=sys.stderr, flush=True)
     return code
 
 

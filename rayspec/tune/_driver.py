@@ -632,6 +632,18 @@ def run_study(
                             "its configuration is queued again for a resume)"
                         )
                         printer(f"trial {trial.number}: {result.failure_detail}")
+                    if result.failure == FailureReason.PORT_IN_USE.value:
+                        # Held by a process outside the study: not the configuration's fault,
+                        # and every later trial on that port would meet it too.
+                        handle.requeue(trial)
+                        halted = True
+                        stopped = (
+                            f"trial {trial.number}'s port was held by another process "
+                            f"({result.failure_detail[:200]}); no server started and its "
+                            "configuration is queued again: free the port (or choose another "
+                            "server.port) and run the same command again"
+                        )
+                        printer(f"trial {trial.number}: {result.failure_detail}")
                     if result.failure == FailureReason.NODE_LOST.value:
                         # Queued before the row is written: a driver killed in between leaves
                         # a RUNNING trial whose retry exists (recovery does not queue another).

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import socket
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
+from rayspec._config import cluster_endpoint
 from rayspec._exceptions import ConfigError
 from rayspec._plural import plural
 from rayspec.search import SearchSpace
@@ -22,26 +26,142 @@ from rayspec.tune._node import default_probes
 
 __all__ = ["check_output_dir", "check_port_free", "planned_local_slots", "preflight"]
 
+# How long preflight waits for an answer at cluster.address.
+ADDRESS_PROBE_S = 3.0
+
 
 def planned_local_slots(cfg: ExperimentConfig) -> int:
     """Concurrent trials on a local cluster (each needs its own port)."""
     return max(1, cfg.cluster.max_concurrent_trials)
 
 
-def check_port_free(host: str, port: int) -> None:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise ConfigError(
-                    f"server.port: {port} on {host} is already in use; free it or choose "
-                    f"another with server.port=..."
-                ) from None
+def check_port_free(host: str, port: int, key: str = "server.port") -> None:
+    """Nothing listens on ``host:port``, probed as the server will bind it.
+
+    The probe binds with ``SO_REUSEADDR`` (as uvicorn, SGLang's server, and the twin do), so a
+    port left in TIME_WAIT by a crashed study counts as free: "run the same command again"
+    works at once.
+
+    Raises:
+        ConfigError: one line naming ``key`` (or ``server.host`` when the host is the
+            problem).
+    """
+    from rayspec._exceptions import LaunchError
+    from rayspec.server._process import check_port_free as bind_probe
+
+    try:
+        bind_probe(host, port)
+    except LaunchError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.EADDRINUSE:
             raise ConfigError(
-                f"server.host: cannot listen on {host}:{port} ({exc.strerror})"
+                f"{key}: {port} on {host} is already in use; free it or choose another with "
+                f"{key}=..."
             ) from None
+        host_key = "server.host" if key == "server.port" else "cluster.dashboard_host"
+        why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(exc)
+        raise ConfigError(f"{host_key}: cannot listen on {host}:{port} ({why})") from None
+
+
+def _probe_address(address: str, timeout_s: float = ADDRESS_PROBE_S) -> None:
+    """Something answers at ``cluster.address`` (a bounded TCP connect, not Ray's own wait).
+
+    ``ray.init`` retries an address with nothing behind it for minutes (and ``ray://`` ends in
+    a traceback): this probe says so in seconds.
+    """
+    if address == "auto":
+        from ray._private.services import get_ray_address_from_environment
+
+        try:
+            found = get_ray_address_from_environment("auto", None)
+        except ConnectionError:
+            found = None
+        if not found:
+            raise ConfigError(
+                "cluster.address: auto found no running Ray cluster on this machine (no "
+                "RAY_ADDRESS, no ray start); give the head's host:port, or leave it empty "
+                "for a private local cluster"
+            )
+        address = found
+    endpoint = cluster_endpoint(address)
+    if endpoint is None:
+        return
+    host, port = endpoint
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return
+    except OSError as exc:
+        why = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ConfigError(
+            f"cluster.address: nothing answers at {host}:{port} ({why} within "
+            f"{timeout_s:g} s); start the cluster (ray start --head) or fix the address"
+        ) from None
+
+
+def _check_dashboard(cfg: ExperimentConfig) -> None:
+    cl = cfg.cluster
+    try:
+        socket.getaddrinfo(cl.dashboard_host, cl.dashboard_port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(
+            f"cluster.dashboard_host: cannot resolve {cl.dashboard_host!r} ({exc}); use an "
+            "address of this machine, e.g. 127.0.0.1"
+        ) from None
+    try:
+        check_port_free(cl.dashboard_host, cl.dashboard_port, key="cluster.dashboard_port")
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc} (another study's Ray dashboard?), or cluster.include_dashboard=false"
+        ) from None
+
+
+def _check_storage(cfg: ExperimentConfig) -> None:
+    """``study.storage`` names something a study can be kept in, before anything reads it.
+
+    Raises:
+        ConfigError: one line naming ``study.storage``.
+    """
+    url = cfg.storage_url
+    if "://" in url:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+        if parsed.get_backend_name() != "sqlite" or not parsed.database:
+            return  # a database server: checked when the study opens it
+        path = os.path.abspath(os.path.expanduser(parsed.database))
+        what, name = "the sqlite file", "study.db"
+        if not os.path.isdir(os.path.dirname(path)):
+            raise ConfigError(
+                f"study.storage: {url}: the folder {os.path.dirname(path)} does not exist "
+                "(sqlite does not create it); create it or choose another path"
+            )
+    else:
+        path, what, name = os.path.abspath(url), "the journal", "optuna.journal"
+    if os.path.isdir(path):
+        raise ConfigError(
+            f"study.storage: {url} is a folder; {what} must be a file (e.g. {url}/{name})"
+        )
+
+
+def _check_launch_inputs(cfg: ExperimentConfig) -> list[str]:
+    """What every trial's server and client read on this machine: the interpreter, the
+    prompts. Problems, one line each."""
+    problems = []
+    python = cfg.server.python
+    if python and not shutil.which(python):
+        problems.append(
+            f"server.python: {python} is not an executable file; give the interpreter of the "
+            "server's environment (e.g. /opt/sglang/bin/python)"
+        )
+    from rayspec.bench import load_prompts
+
+    try:
+        load_prompts(cfg.bench.prompts)
+    except ConfigError as exc:
+        problems.append(f"bench.prompts: {exc}")
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"bench.prompts: cannot read {cfg.bench.prompts} ({exc})")
+    return problems
 
 
 def _writable_folder(path: str) -> str:
@@ -99,42 +219,79 @@ def preflight(
     Raises:
         ConfigError: one line per problem (the CLI prefixes the first with ``error: ``).
     """
+    _check_storage(cfg)
     space = SearchSpace.from_config(cfg.search)
     check_grid(cfg, space)
     validate_enqueue(cfg, space)
     check_resumable(cfg, space)
     if cfg.server.engine is Engine.twin:
-        from rayspec.twin import load_profile
-
-        try:
-            profile = load_profile(cfg.server.twin.profile)
-        except (ValueError, OSError) as exc:
-            raise ConfigError(f"server.twin.profile: {exc}") from None
-        gpus = profile.hardware.n_ranks
-        if cfg.server.tp_size > gpus:  # the twin, like SGLang, would fail to start every trial
-            raise ConfigError(
-                f"server.tp_size: {cfg.server.tp_size} is more than the {plural(gpus, 'GPU')} "
-                "of the "
-                f"twin's node (profile {cfg.server.twin.profile}); use server.tp_size={gpus} or "
-                "a profile with more ranks"
-            )
+        _check_twin(cfg)
     if launching:
         check_output_dir(cfg)
     local = not cfg.cluster.address
-    if local and launching:
+    problems: list[str] = []
+    if launching and not local:
+        _probe_address(cfg.cluster.address)
+    # A finished study starts no Ray and no server: this machine's ports, inputs and GPUs do
+    # not matter to it.
+    on_this_machine = local and launching and _servers_start(cfg)
+    if on_this_machine:
+        problems += _check_launch_inputs(cfg)
+        if cfg.cluster.include_dashboard:
+            problems += _problem(_check_dashboard, cfg)
         for slot in range(planned_local_slots(cfg)):
-            check_port_free(cfg.server.host, cfg.server.port + slot)
-    if cfg.server.engine is not Engine.sglang:
-        return []
-    # NCCL values are checked for the real engine only, and on every run (a dry run too: they
-    # are NCCL's rules, not this node's). The twin accepts them on purpose: it exists to
-    # exercise failures, and its studies search bad values (NCCL_PROTO=LL256 in
-    # tests/tune_tests/test_search.py and tests/reliability_tests/test_faults.py) to check
-    # that a failing NCCL set is recorded, screened out and never launched again.
-    findings = check_nccl_values(cfg)
-    if local and launching:
-        findings.extend(check_node(cfg, probes or default_probes()))
-    if findings.problems:
+            problems += _problem(check_port_free, cfg.server.host, cfg.server.port + slot)
+    warnings: list[str] = []
+    if cfg.server.engine is Engine.sglang:
+        # NCCL values are checked for the real engine only, and on every run (a dry run too:
+        # they are NCCL's rules, not this node's). The twin accepts them on purpose: it exists
+        # to exercise failures, and its studies search bad values (NCCL_PROTO=LL256 in
+        # tests/tune_tests/test_search.py and tests/reliability_tests/test_faults.py) to check
+        # that a failing NCCL set is recorded, screened out and never launched again.
+        findings = check_nccl_values(cfg)
+        if on_this_machine:
+            findings.extend(check_node(cfg, probes or default_probes()))
+        problems += findings.problems
+        warnings = findings.warnings
+    if problems:
         # One line per problem: the CLI prints "error: " before the message's first line.
-        raise ConfigError("\nerror: ".join(findings.problems))
-    return findings.warnings
+        raise ConfigError("\nerror: ".join(problems))
+    return warnings
+
+
+def _problem(check: Callable[..., None], *args: Any) -> list[str]:
+    try:
+        check(*args)
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
+
+
+def _servers_start(cfg: ExperimentConfig) -> bool:
+    """Whether this run would launch a server (a finished study would not)."""
+    from rayspec.tune._driver import idle_reason
+
+    return not idle_reason(cfg)
+
+
+def _check_twin(cfg: ExperimentConfig) -> None:
+    from rayspec.twin import load_profile
+    from rayspec.twin.server import Faults
+
+    twin = cfg.server.twin
+    try:
+        profile = load_profile(twin.profile)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"server.twin.profile: {exc}") from None
+    gpus = profile.hardware.n_ranks
+    if cfg.server.tp_size > gpus:  # the twin, like SGLang, would fail to start every trial
+        raise ConfigError(
+            f"server.tp_size: {cfg.server.tp_size} is more than the {plural(gpus, 'GPU')} of "
+            f"the twin's node (profile {twin.profile}); use server.tp_size={gpus} or a profile "
+            "with more ranks"
+        )
+    if twin.fault:
+        try:
+            Faults.parse([twin.fault])
+        except ValueError as exc:
+            raise ConfigError(f"server.twin.fault: {exc}") from None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shlex
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -26,6 +25,8 @@ from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StoreError
 from rayspec._plural import plural
+from rayspec._text import one_line
+from rayspec._text import shell_quote
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec._types import TrialState
@@ -378,25 +379,27 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
         MODEL_PLACEHOLDER: '"${MODEL_PATH:?set MODEL_PATH to the target model}"',
         DRAFT_PLACEHOLDER: '"${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the EAGLE-3 drafter}"',
     }
-    quoted = [placeholders.get(arg) or shlex.quote(arg) for arg in launch.argv]
+    quoted = [placeholders.get(arg) or shell_quote(arg) for arg in launch.argv]
     vs = _vs(row, baseline)
-    lines = [
-        "#!/usr/bin/env bash",
-        f"# rayspec study {cfg.study.name}, trial {row.trial}: {row.label}",
-        f"# {row.tok_s_mean:.1f} tok/s ({plural(row.starts, 'server start')} x "
+    # Comment lines are written through one_line: a line break in a value would end the
+    # comment and make the rest a command of the script.
+    comments = [
+        f"rayspec study {cfg.study.name}, trial {row.trial}: {row.label}",
+        f"{row.tok_s_mean:.1f} tok/s ({plural(row.starts, 'server start')} x "
         f"{plural(row.runs // max(1, row.starts), 'run')} pooled), {row.tok_s_peak:.1f} peak, "
         f"{vs} vs baseline" + (f" ({baseline.tok_s_mean:.1f} tok/s)" if baseline else ""),
     ]
     if cfg.server.engine is Engine.twin:
-        lines.append(
-            f"# MEASURED ON THE DIGITAL TWIN (profile {cfg.server.twin.profile}), not on GPUs: "
+        comments.append(
+            f"MEASURED ON THE DIGITAL TWIN (profile {cfg.server.twin.profile}), not on GPUs: "
             "re-measure on a real node before deploying."
         )
-        lines.append(f"# Without GPUs: {TWIN_SCRIPT} beside this file serves it on the twin.")
+        comments.append(f"Without GPUs: {TWIN_SCRIPT} beside this file serves it on the twin.")
+    lines = ["#!/usr/bin/env bash", *(f"# {one_line(text)}" for text in comments)]
     lines += ["set -euo pipefail"]
     if launch.unset_env:
         lines.append("unset " + " ".join(launch.unset_env))
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in launch.env]
+    lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
     lines.append("exec " + " ".join(quoted) + ' "$@"')
     return "\n".join(lines) + "\n"
 
@@ -409,14 +412,17 @@ def twin_script(cfg: ExperimentConfig, row: Row) -> str:
     launch = build_launch(tcfg, row.candidate, port=cfg.server.port, log_path="-", trial=row.trial)
     lines = [
         "#!/usr/bin/env bash",
-        f"# rayspec study {cfg.study.name}, trial {row.trial}, on the digital twin (simulated): "
-        "best.sh beside this file is the real SGLang launch.",
+        "# "
+        + one_line(
+            f"rayspec study {cfg.study.name}, trial {row.trial}, on the digital twin "
+            "(simulated): best.sh beside this file is the real SGLang launch."
+        ),
         "set -euo pipefail",
     ]
     if launch.unset_env:
         lines.append("unset " + " ".join(launch.unset_env))
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in launch.env]
-    lines.append("exec " + " ".join(shlex.quote(a) for a in launch.argv) + ' "$@"')
+    lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
+    lines.append("exec " + " ".join(shell_quote(a) for a in launch.argv) + ' "$@"')
     return "\n".join(lines) + "\n"
 
 

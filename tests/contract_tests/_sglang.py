@@ -72,7 +72,8 @@ class ProbeCase:
     argv: tuple[str, ...]
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     unset_env: tuple[str, ...] = ()
-    entry: str = "prepare"  # or "launch_server": the real module (rejected lines only)
+    # or "launch_server": the real module (rejected lines only); "parse": the parser alone
+    entry: str = "prepare"
 
 
 ProbeRunner = Callable[[Sequence[ProbeCase]], dict[str, dict[str, Any]]]

@@ -12,11 +12,13 @@ takes seconds) the way ``sglang.launch_server`` does: ``prepare_server_args(argv
 
 RESULT.json maps each id to ``{"ok": true, "values": {...}, "log": [...]}`` or
 ``{"ok": false, "error": type name, "message": str, "exit_code": int | None,
-"stderr": str, "log": [...]}``.
+"stderr": str, "log": [...]}``. Entry ``parse`` stops after ``prepare_server_args``: its
+``values`` are every field as the parser set it, and ``options`` every option string.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -31,6 +33,7 @@ warnings.simplefilter("ignore")  # SGLang's import warns about CPU-less kernels;
 
 from sglang.srt.arg_groups.overrides import resolving_view  # noqa: E402
 from sglang.srt.plugins import load_plugins  # noqa: E402
+from sglang.srt.server_args import ServerArgs  # noqa: E402
 from sglang.srt.server_args import prepare_server_args  # noqa: E402
 
 FIELDS = (
@@ -85,6 +88,25 @@ def _effective(server_args: Any) -> dict[str, Any]:
     return values
 
 
+def _parser() -> argparse.ArgumentParser:
+    """The parser ``prepare_server_args`` builds."""
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    assert parser.allow_abbrev  # the reason rayspec matches prefixes
+    return parser
+
+
+def _parsed(server_args: Any) -> dict[str, Any]:
+    """Every option's field as SGLang's parser set it (entry ``parse``: no resolution)."""
+    dests = {a.dest for a in _parser()._actions if a.option_strings and a.dest != "help"}
+    return {d: _plain(getattr(server_args, d, None)) for d in sorted(dests)}
+
+
+def _options() -> list[str]:
+    """Every option string of SGLang's parser."""
+    return sorted(o for action in _parser()._actions for o in action.option_strings)
+
+
 @contextlib.contextmanager
 def _environ(env: dict[str, str], unset: list[str]) -> Any:
     saved = dict(os.environ)
@@ -111,6 +133,8 @@ def _run(case: dict[str, Any]) -> dict[str, Any]:
                     runpy.run_module("sglang.launch_server", run_name="__main__")
                     raise RuntimeError("launch_server returned: the line was not rejected")
                 server_args = prepare_server_args(argv)
+                if case.get("entry") == "parse":  # what the parser read, before resolution
+                    return {"ok": True, "values": _parsed(server_args), "options": _options()}
                 # prepare_server_args re-installs the root handlers: listen after it.
                 logging.getLogger().addHandler(lines)
                 server_args.resolve_once()
