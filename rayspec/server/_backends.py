@@ -9,7 +9,7 @@ Example::
     backend = backend_for(launch.engine)
     with backend:
         backend.start(launch)
-        info = backend.wait_ready()          # dict of /get_server_info
+        info = backend.wait_ready()          # dict of /server_info
         backend.flush_cache()
         ...                                  # benchmark against launch.base_url
     # the whole process tree is gone here
@@ -37,6 +37,7 @@ from rayspec.server._base import ServerState
 from rayspec.server._classify import Phase
 from rayspec.server._classify import classify_failure
 from rayspec.server._logparse import parse_exit_status
+from rayspec.server._versions import SERVER_INFO_PATHS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -266,7 +267,7 @@ class _ProcessBackend(BaseServerBackend):
 
     def _server_info(self, client: httpx.Client) -> dict[str, Any]:
         problems = []
-        for path in ("/get_server_info", "/server_info"):
+        for path in SERVER_INFO_PATHS:
             try:
                 response = client.get(path, timeout=_PROBE_TIMEOUT_S)
             except httpx.TransportError as exc:
