@@ -72,6 +72,13 @@ def read_log_tail(path: str | None, max_bytes: int = _CLASSIFY_BYTES) -> str:
 _PROBE_LINE = re.compile(r'"(GET|POST) /(health_generate|health|get_server_info|server_info)[ ?]')
 
 
+# uvicorn's line when the HTTP port is taken. Real SGLang 0.5.23 does not exit after it: it logs
+# "Waiting for application shutdown." and hangs, alive, with its scheduler and detokenizer, so
+# readiness would only fail at the startup timeout (30 min by default) without this line.
+_BIND_ERROR = re.compile(r"error while attempting to bind on address .*")
+_BIND_SCAN_S = 1.0  # how often readiness looks for it in the log
+
+
 def _last_lines(text: str, n: int) -> str:
     lines = [ln for ln in text.splitlines() if not _PROBE_LINE.search(ln)]
     return "\n".join(lines[-n:]) if n > 0 else ""
@@ -190,6 +197,7 @@ class _ProcessBackend(BaseServerBackend):
         launch, info = self._require_running()
         timeout = launch.startup_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
+        next_scan = time.monotonic() + _BIND_SCAN_S
         with httpx.Client(base_url=launch.base_url, trust_env=False) as client:
             while True:
                 if self._stopping.is_set():
@@ -198,6 +206,9 @@ class _ProcessBackend(BaseServerBackend):
                     )
                 if not _process.is_alive(info):
                     raise self._exited_error(Phase.STARTUP)
+                if time.monotonic() >= next_scan:
+                    next_scan = time.monotonic() + _BIND_SCAN_S
+                    self._raise_if_port_taken(launch)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise self._timeout_error(timeout)
@@ -289,6 +300,20 @@ class _ProcessBackend(BaseServerBackend):
             f"server is ready but gives no server info ({'; '.join(problems)})",
             reason=FailureReason.UNKNOWN,
             log_tail=self.log_tail(self._tail_lines),
+        )
+
+    def _raise_if_port_taken(self, launch: LaunchSpec) -> None:
+        """Fail at once when the server logged that it cannot listen (a stranger took the
+        port after rayspec checked it was free): the server would never become ready."""
+        text = read_log_tail(self.log_path, 64 * 1024)
+        found = _BIND_ERROR.search(text)
+        if found is None:
+            return
+        raise LaunchError(
+            f"{self.engine} server cannot listen on port {launch.port}: {found.group(0).strip()} "
+            "(something else took the port while the server started)",
+            reason=FailureReason.UNKNOWN,  # not the candidate's fault
+            log_tail=_last_lines(text, self._tail_lines),
         )
 
     def _exit_status(self) -> int | None:
