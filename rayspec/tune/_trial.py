@@ -465,8 +465,10 @@ def _server_view(
             out[name] = float(value)
     metrics = view.get("metrics") or {}
     accept = metrics.get("sglang:spec_accept_length")
-    # SGLang exports the accept-length gauge as 0 without speculation: no accept length at all.
-    if speculative and isinstance(accept, int | float):
+    # The gauge of the last decode-log window: 0 without speculation, and 0 with it until a
+    # window has completed since the flush (a short run at high acceptance has none). An
+    # accept length is at least 1, so 0 is "none", not a value.
+    if speculative and isinstance(accept, int | float) and accept > 0:
         out["metrics_spec_accept_length"] = float(accept)
     gen = metrics.get("sglang:gen_throughput")
     # A gauge of the last decode-log window that SGLang sets to 0 at every prefill-stats tick

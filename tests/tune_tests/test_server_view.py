@@ -1,7 +1,7 @@
 """The server's own view of a trial, as real SGLang 0.5.23 reports it.
 
 Found against the real server on a CPU (tests/real_sglang/): its ``sglang:spec_accept_length``
-gauge reads 0 without speculation, its ``sglang:gen_throughput`` gauge is 0 after a run (SGLang
+gauge reads 0 without speculation and before a decode-log window has completed, its ``sglang:gen_throughput`` gauge is 0 after a run (SGLang
 zeroes it at each prefill-stats tick and 30 s after the last decode window), and every call of
 ``/get_server_info`` logs a deprecation warning (``/server_info`` is the name since 0.5.12).
 """
@@ -45,6 +45,13 @@ def test_no_accept_length_without_speculation(ray_cluster) -> None:
     )
     assert "metrics_spec_accept_length" not in view
     assert "metrics_gen_throughput" not in view  # 0 after a run: no decode window, not 0 tok/s
+
+
+def test_no_accept_length_before_a_decode_log_window(ray_cluster) -> None:
+    # The always-agreeing pair, 3 x 32 tokens at accept length 2.9: 33 verify steps, fewer than
+    # SGLang's 40-step decode-log window, and the gauge still read 0.
+    view = _view({"sglang:spec_accept_length": 0.0}, speculative=True)
+    assert "metrics_spec_accept_length" not in view
 
 
 def test_the_gauges_of_a_speculative_trial(ray_cluster) -> None:
