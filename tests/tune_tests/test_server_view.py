@@ -1,9 +1,10 @@
 """The server's own view of a trial, as real SGLang 0.5.23 reports it.
 
 Found against the real server on a CPU (tests/real_sglang/): its ``sglang:spec_accept_length``
-gauge reads 0 without speculation and before a decode-log window has completed, its ``sglang:gen_throughput`` gauge is 0 after a run (SGLang
-zeroes it at each prefill-stats tick and 30 s after the last decode window), and every call of
-``/get_server_info`` logs a deprecation warning (``/server_info`` is the name since 0.5.12).
+gauge reads 0 without speculation and before a decode-log window has completed, its
+``sglang:gen_throughput`` gauge is 0 after a run (SGLang zeroes it at each prefill-stats tick and
+30 s after the last decode window), and every call of ``/get_server_info`` logs a deprecation
+warning (``/server_info`` is the name since 0.5.12).
 """
 
 from __future__ import annotations
