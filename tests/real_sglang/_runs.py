@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 
 from rayspec.server._process import pids_alive
-from tests.real_sglang.conftest import RealServer
+from tests.real_sglang._models import TinyModels
+from tests.real_sglang._server import RealServer
 
 PROMPTS = ("The red model", "Verify the draft tree on node 7")
 MAX_NEW_TOKENS = 40
@@ -26,6 +27,7 @@ REQUEST_TIMEOUT_S = 240.0
 
 @dataclasses.dataclass(frozen=True)
 class ServerRun:
+    name: str
     flags: tuple[str, ...]
     startup_s: float  # launch to /health_generate 200 (for the report; never asserted)
     outputs: tuple[dict[str, Any], ...]  # /generate answers, one per prompt
@@ -36,6 +38,18 @@ class ServerRun:
     alive_after_stop: tuple[int, ...]
     site_log: tuple[str, ...]  # lines the scaffolding's sitecustomize wrote, one per process
     log: str
+
+
+def target_flags(models: TinyModels) -> list[str]:
+    """The plain line: the tiny target, bfloat16, SGLang's AMX attention backend."""
+    return [
+        "--model-path",
+        str(models.target),
+        "--dtype",
+        "bfloat16",
+        "--attention-backend",
+        "intel_amx",
+    ]
 
 
 def metric(text: str, name: str) -> float:
@@ -63,7 +77,20 @@ def greedy(
     return answer
 
 
+# Every run of this session, for the summary line pytest prints at the end (conftest.py).
+RUNS: list[ServerRun] = []
+
+
+def summary(run: ServerRun) -> str:
+    """One line: startup seconds and the accept length of each request, if speculative."""
+    accept = [o["meta_info"].get("spec_accept_length") for o in run.outputs]
+    shown = ", ".join(f"{a:.2f}" for a in accept if a is not None) or "-"
+    seconds = ", ".join(f"{o['meta_info']['e2e_latency']:.2f}" for o in run.outputs)
+    return f"{run.name}: ready in {run.startup_s:.1f} s, requests {seconds} s, accept {shown}"
+
+
 def serve_and_collect(
+    name: str,
     real_server: RealServer,
     flags: Sequence[str],
     workdir: Path,
@@ -84,7 +111,8 @@ def serve_and_collect(
             outputs = tuple(greedy(client, base_url, p, max_new_tokens) for p in prompts)
             server_info = client.get(f"{base_url}/get_server_info").json()
             metrics = client.get(f"{base_url}/metrics").text
-    return ServerRun(
+    run = ServerRun(
+        name=name,
         flags=tuple(flags),
         startup_s=startup_s,
         outputs=outputs,
@@ -96,3 +124,5 @@ def serve_and_collect(
         site_log=tuple(site_log.read_text().splitlines()),
         log=log_path.read_text(errors="replace"),
     )
+    RUNS.append(run)
+    return run

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -54,6 +55,12 @@ def scaffold_env(fake_amx: bool = True, site_log: Path | None = None) -> dict[st
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # SGLang's EAGLE v2 path wraps helpers in torch.compile; on a CPU inductor then builds
+        # C++ for every new shape (seconds each, decode at ~5 tok/s). Eager is the same maths.
+        "TORCHDYNAMO_DISABLE": "1",
+        # One OpenMP thread: the models are tiny, and on a shared 2-core machine two threads
+        # spin at every barrier (40 tokens took 10-17 s with two threads, 0.4 s with one).
+        "OMP_NUM_THREADS": "1",
     }
     if fake_amx:
         env["RAYSPEC_TEST_FAKE_AMX"] = "1"
@@ -71,6 +78,9 @@ def launch_argv(python: Path, flags: Sequence[str], port: int) -> list[str]:
             takes_value = i + 1 < len(CPU_FLAGS) and not CPU_FLAGS[i + 1].startswith("--")
             argv += [flag, CPU_FLAGS[i + 1]] if takes_value else [flag]
     return [*argv, "--host", "127.0.0.1", "--port", str(port)]
+
+
+RealServer = Callable[..., contextlib.AbstractContextManager[tuple[str, Path]]]
 
 
 class ServerFailed(AssertionError):
@@ -157,8 +167,10 @@ def _wait_ready(
 
 
 def _stop(proc: subprocess.Popen[bytes], seen: set[int]) -> None:
+    # SIGTERM to the server alone: SGLang then stops its own children. (A group-wide SIGTERM
+    # makes it take the dying scheduler for a crash and wait 5 s for diagnostics.)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=STOP_TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -8,7 +8,6 @@ that ``.ci/sglang-env`` builds, every test here skips and says how to build it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from contextlib import AbstractContextManager as ContextManager
@@ -21,9 +20,19 @@ from tests.contract_tests._sglang import PINNED
 from tests.contract_tests._sglang import sglang_env_dir
 from tests.real_sglang._models import TinyModels
 from tests.real_sglang._models import tiny_models as _tiny_models
+from tests.real_sglang._runs import RUNS
+from tests.real_sglang._runs import ServerRun
+from tests.real_sglang._runs import serve_and_collect
+from tests.real_sglang._runs import summary
+from tests.real_sglang._runs import target_flags
+from tests.real_sglang._server import RealServer
 from tests.real_sglang._server import real_server as _real_server
 
-RealServer = Callable[..., ContextManager[tuple[str, Path]]]
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What each real server did (seconds are for the log, never asserted)."""
+    for run in RUNS:
+        terminalreporter.write_line(f"real SGLang {summary(run)}")
 
 
 @pytest.fixture(scope="session")
@@ -70,3 +79,13 @@ def real_server(sglang_python: Path, tmp_path_factory: pytest.TempPathFactory) -
         return _real_server(sglang_python, flags, log_path, env=env, stopped=stopped)
 
     return start
+
+
+@pytest.fixture(scope="session")
+def plain_run(
+    real_server: RealServer, tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
+) -> ServerRun:
+    """One run of the real server without speculation (the greedy reference of every test)."""
+    return serve_and_collect(
+        "plain", real_server, target_flags(tiny_models), tmp_path_factory.mktemp("plain")
+    )

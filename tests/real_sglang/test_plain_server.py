@@ -8,29 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.real_sglang._models import TinyModels
 from tests.real_sglang._runs import MAX_NEW_TOKENS
 from tests.real_sglang._runs import PROMPTS
 from tests.real_sglang._runs import ServerRun
 from tests.real_sglang._runs import metric
-from tests.real_sglang._runs import serve_and_collect
 from tests.real_sglang._server import scaffold_env
-from tests.real_sglang.conftest import RealServer
 
 
 @pytest.fixture(scope="module")
-def plain(
-    real_server: RealServer, tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
-) -> ServerRun:
-    flags = [
-        "--model-path",
-        str(tiny_models.target),
-        "--dtype",
-        "bfloat16",
-        "--attention-backend",
-        "intel_amx",
-    ]
-    return serve_and_collect(real_server, flags, tmp_path_factory.mktemp("plain"))
+def plain(plain_run: ServerRun) -> ServerRun:
+    return plain_run
 
 
 def test_greedy_generate_answers_with_every_token(plain: ServerRun) -> None:
