@@ -46,6 +46,12 @@ def _models_in(folder: Path) -> TinyModels:
     )
 
 
+def _readable(root: Path) -> None:
+    """The cache is shared by the machine's users, like the env (safetensors writes 0600)."""
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
 def tiny_models(python: Path, cache: Path | None = None) -> TinyModels:
     """The four model folders, made by ``python`` (the SGLang env's) unless cached.
 
@@ -73,6 +79,7 @@ def tiny_models(python: Path, cache: Path | None = None) -> TinyModels:
                 f"making the tiny models failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
             )
         (build / "models" / COMPLETE).write_text(recipe_key() + "\n")
+        _readable(build / "models")
         try:
             os.rename(build / "models", final)
         except OSError:
