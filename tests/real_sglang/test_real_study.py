@@ -258,6 +258,14 @@ def test_no_server_process_outlives_its_trial(studies: Studies) -> None:
         assert not st.alive(fault.tree), (fault.trial, fault.done, st.alive(fault.tree))
 
 
+def test_an_ordinary_stop_is_no_crash_to_sglang(studies: Studies) -> None:
+    # SIGTERM reaches the server alone, which stops its scheduler and detokenizer itself.
+    for n in (0, 1, 2, 7):
+        log = st.read_text(st.trial_log(studies.main, n))
+        assert "stop requested" in log
+        assert "crashed with exit code" not in log, log[-2000:]
+
+
 def test_the_drivers_environment_reaches_every_server_process(studies: Studies) -> None:
     # Only the driver had RAYSPEC_TEST_SITE_LOG: every SGLang process wrote its line through
     # the Ray actors' inherited environment.
