@@ -23,6 +23,7 @@ from rayspec.bench._plan import BenchPlan
 from rayspec.bench._plan import Scenario
 from rayspec.bench._prompts import request_input
 from rayspec.bench._stats import run_tok_s
+from rayspec.server._versions import SERVER_INFO_PATHS
 
 _logger = logging.getLogger(__name__)
 
@@ -441,7 +442,7 @@ async def afetch_server_view(base_url: str, *, timeout_s: float = 10.0) -> dict[
     }
     async with httpx.AsyncClient(base_url=base_url, trust_env=False, timeout=timeout_s) as http:
         try:
-            for path in ("/get_server_info", "/server_info"):
+            for path in SERVER_INFO_PATHS:
                 resp = await http.get(path)
                 if resp.status_code == 200:
                     info = resp.json()
@@ -469,11 +470,11 @@ def fetch_server_view(base_url: str, *, timeout_s: float = 10.0) -> dict[str, An
 
     Returns:
         ``{"avg_spec_accept_length": float | None, "last_gen_throughput": float | None,
-        "server_info": dict | None, "metrics": {name: float}}`` from ``GET /get_server_info``
-        (``internal_states[0]``; falls back to ``/server_info``) and ``GET /metrics`` (only
-        served with ``--enable-metrics``; empty otherwise). ``avg_spec_accept_length`` is
-        SGLang's lifetime value since the last flush, warm-up included (docs/sglang.md, *Measuring
-        acceptance*).
+        "server_info": dict | None, "metrics": {name: float}}`` from ``GET /server_info``
+        (``internal_states[0]``; falls back to ``/get_server_info``, its name before 0.5.12)
+        and ``GET /metrics`` (only served with ``--enable-metrics``; empty otherwise).
+        ``avg_spec_accept_length`` is SGLang's lifetime value since the last flush, warm-up
+        included (docs/sglang.md, *Measuring acceptance*).
 
     Raises:
         BenchError: the server cannot be reached (``reason=CRASH_MID_BENCHMARK``).

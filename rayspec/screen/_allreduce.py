@@ -55,6 +55,7 @@ FAIL_VAR = "RAYSPEC_ALLREDUCE_TEST_FAIL"
 EXIT_RANK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNUSABLE = 3  # the machine cannot run the benchmark: not the environment set's fault
+UNUSABLE_MARK = "cannot run here: "  # before the reason, on the rank's stderr line
 
 _BYTES_PER_ELEMENT = 2  # bf16, the activations' dtype
 _ORPHAN_POLL_S = 0.5
@@ -259,7 +260,7 @@ def _run_rank(rank: int, opts: dict[str, Any], port: int, parent_pid: int) -> No
     try:
         result = _benchmark(rank, opts, port)
     except Unusable as exc:
-        print(f"[rank {rank}] cannot run here: {exc}", file=sys.stderr, flush=True)
+        print(f"[rank {rank}] {UNUSABLE_MARK}{exc}", file=sys.stderr, flush=True)
         sys.exit(EXIT_UNUSABLE)
     if rank == 0:
         print(json.dumps(result), flush=True)

@@ -118,6 +118,7 @@ class RayNcclScreen(BaseNcclScreen):
         import ray
         from ray.exceptions import GetTimeoutError
         from ray.exceptions import RayActorError
+        from ray.exceptions import RayTaskError
 
         actor = self._start()
         ref = actor.measure.remote([dict(e) for e in envs], [int(s) for s in sizes_bytes],
@@ -135,6 +136,13 @@ class RayNcclScreen(BaseNcclScreen):
                 f"{plural(self.world_size, 'GPU')} free on one node?)",
                 reason=FailureReason.UNKNOWN,
             ) from exc
+        except RayTaskError as exc:
+            self.close()
+            # The worker's own LaunchError (e.g. no GPU on the node): its one-line message,
+            # not Ray's wrapping (the remote traceback, in colour).
+            if isinstance(exc.cause, LaunchError):
+                raise exc.cause from None
+            raise
         except RayActorError as exc:
             self._actor = None
             first = str(exc).strip().splitlines()  # Ray's text runs to many lines

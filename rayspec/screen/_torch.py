@@ -223,7 +223,7 @@ class TorchNcclScreen(BaseNcclScreen):
 
         if run.returncode == EXIT_UNUSABLE:
             raise LaunchError(
-                f"the NCCL screen cannot run with {self.python}: {_error_detail(run)}",
+                f"the NCCL screen cannot run with {self.python}: {_unusable_detail(run)}",
                 reason=FailureReason.UNKNOWN,
                 log_tail="\n".join(run.stderr.splitlines()[-20:]),
                 returncode=run.returncode,
@@ -385,6 +385,18 @@ def _error_detail(run: _Run) -> str:
     status = _status(run.returncode)
     text = f"{pick} ({status})" if pick else status
     return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
+
+
+def _unusable_detail(run: _Run) -> str:
+    """Why the machine cannot run the benchmark: the rank's own ``cannot run here:`` line
+    (e.g. ``1 ranks need 1 GPUs; 0 visible``), not the launcher's exit-status line after it."""
+    from rayspec.screen._allreduce import UNUSABLE_MARK
+
+    for line in _message_lines(run.stderr):
+        _, mark, why = line.partition(UNUSABLE_MARK)
+        if mark and why.strip():
+            return why.strip()
+    return _error_detail(run)
 
 
 def _is_exception_line(line: str) -> bool:

@@ -9,7 +9,7 @@ Example::
     backend = backend_for(launch.engine)
     with backend:
         backend.start(launch)
-        info = backend.wait_ready()          # dict of /get_server_info
+        info = backend.wait_ready()          # dict of /server_info
         backend.flush_cache()
         ...                                  # benchmark against launch.base_url
     # the whole process tree is gone here
@@ -37,6 +37,7 @@ from rayspec.server._base import ServerState
 from rayspec.server._classify import Phase
 from rayspec.server._classify import classify_failure
 from rayspec.server._logparse import parse_exit_status
+from rayspec.server._versions import SERVER_INFO_PATHS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -69,6 +70,13 @@ def read_log_tail(path: str | None, max_bytes: int = _CLASSIFY_BYTES) -> str:
 # The access-log lines of rayspec's own readiness probes (uvicorn's and aiohttp's formats):
 # four a second, they would push the server's last startup line out of a failure's tail.
 _PROBE_LINE = re.compile(r'"(GET|POST) /(health_generate|health|get_server_info|server_info)[ ?]')
+
+
+# uvicorn's line when the HTTP port is taken. Real SGLang 0.5.23 does not exit after it: it logs
+# "Waiting for application shutdown." and hangs, alive, with its scheduler and detokenizer, so
+# readiness would only fail at the startup timeout (30 min by default) without this line.
+_BIND_ERROR = re.compile(r"error while attempting to bind on address .*")
+_BIND_SCAN_S = 1.0  # how often readiness looks for it in the log
 
 
 def _last_lines(text: str, n: int) -> str:
@@ -189,6 +197,7 @@ class _ProcessBackend(BaseServerBackend):
         launch, info = self._require_running()
         timeout = launch.startup_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
+        next_scan = time.monotonic() + _BIND_SCAN_S
         with httpx.Client(base_url=launch.base_url, trust_env=False) as client:
             while True:
                 if self._stopping.is_set():
@@ -197,6 +206,9 @@ class _ProcessBackend(BaseServerBackend):
                     )
                 if not _process.is_alive(info):
                     raise self._exited_error(Phase.STARTUP)
+                if time.monotonic() >= next_scan:
+                    next_scan = time.monotonic() + _BIND_SCAN_S
+                    self._raise_if_port_taken(launch)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise self._timeout_error(timeout)
@@ -266,7 +278,7 @@ class _ProcessBackend(BaseServerBackend):
 
     def _server_info(self, client: httpx.Client) -> dict[str, Any]:
         problems = []
-        for path in ("/get_server_info", "/server_info"):
+        for path in SERVER_INFO_PATHS:
             try:
                 response = client.get(path, timeout=_PROBE_TIMEOUT_S)
             except httpx.TransportError as exc:
@@ -288,6 +300,20 @@ class _ProcessBackend(BaseServerBackend):
             f"server is ready but gives no server info ({'; '.join(problems)})",
             reason=FailureReason.UNKNOWN,
             log_tail=self.log_tail(self._tail_lines),
+        )
+
+    def _raise_if_port_taken(self, launch: LaunchSpec) -> None:
+        """Fail at once when the server logged that it cannot listen (a stranger took the
+        port after rayspec checked it was free): the server would never become ready."""
+        text = read_log_tail(self.log_path, 64 * 1024)
+        found = _BIND_ERROR.search(text)
+        if found is None:
+            return
+        raise LaunchError(
+            f"{self.engine} server cannot listen on port {launch.port}: {found.group(0).strip()} "
+            "(something else took the port while the server started)",
+            reason=FailureReason.UNKNOWN,  # not the candidate's fault
+            log_tail=_last_lines(text, self._tail_lines),
         )
 
     def _exit_status(self) -> int | None:

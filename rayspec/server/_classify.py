@@ -76,6 +76,17 @@ _RULES: tuple[_Rule, ...] = (
         FailureReason.ARGUMENT_ERROR,
         phases=frozenset({Phase.STARTUP}),
     ),
+    # A model or draft path that does not exist: SGLang resolves the draft's config while it
+    # resolves the arguments (speculative_hook.py, get_config), takes a missing local path for
+    # a hub id and exits 1 before any weights load (seen on real 0.5.23).
+    _Rule(
+        re.compile(
+            r"OSError: Repo id must be in the form 'repo_name'"
+            r"|is not a local folder and is not a valid model identifier"
+        ),
+        FailureReason.ARGUMENT_ERROR,
+        phases=frozenset({Phase.STARTUP}),
+    ),
 )
 
 _FALLBACK = {

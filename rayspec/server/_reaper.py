@@ -19,8 +19,9 @@ workers, and their GPU memory) on ``ray.kill`` or a driver crash. The reaper
    themselves) are reparented to it rather than to PID 1;
 4. holds a pidfd on the owner (opened before the fork, while the owner is surely alive), a
    pidfd on the server and a signal wakeup pipe, and waits on all three;
-5. when any fires (owner died, server exited, SIGTERM/SIGINT/SIGHUP), SIGTERMs its whole
-   descendant tree, reaps for up to GRACE_S, SIGKILLs what is left and exits.
+5. when any fires (owner died, server exited, SIGTERM/SIGINT/SIGHUP), SIGTERMs the server (and,
+   once the server is gone, whatever is left of its tree), reaps for up to GRACE_S, SIGKILLs
+   what is left and exits.
 
 When the server exits, the reaper appends :data:`EXIT_LINE_PREFIX` plus the return code
 (``subprocess``'s convention: negative for a signal) to the log, so failures can be
@@ -100,12 +101,27 @@ class _Reaper:
                 os.write(self.log_fd, f"{EXIT_LINE_PREFIX}{code}\n".encode())
 
     def teardown(self, grace_s: float) -> None:
-        _signal_tree(signal.SIGTERM)
+        # SIGTERM to the server alone while it lives: SGLang stops its own children (scheduler,
+        # detokenizer) on SIGTERM, and a SIGTERM that reaches a child first looks to it like a
+        # crashed child ("Subprocess scheduler_0 ... crashed with exit code -15"): 5 s of crash
+        # diagnostics (py-spy and a CUDA coredump of schedulers still alive), then it SIGKILLs
+        # itself. What the server leaves behind gets SIGTERM once it is gone.
+        rest_signalled = self.server_status is not None
+        if rest_signalled:
+            _signal_tree(signal.SIGTERM)
+        else:
+            try:
+                os.kill(self.server_pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
         end = time.monotonic() + grace_s
         while time.monotonic() < end:
             self.reap()
             if not descendants(os.getpid()):
                 return
+            if self.server_status is not None and not rest_signalled:
+                _signal_tree(signal.SIGTERM)
+                rest_signalled = True
             time.sleep(_POLL_S)
         left = descendants(os.getpid())
         if left:

@@ -25,11 +25,16 @@ from packaging.version import Version
 
 __all__ = [
     "CONTRACT_PINNED_VERSIONS",
+    "SERVER_INFO_PATHS",
     "SGLANG_VERSIONS",
     "SGLangFeatures",
     "parse_sglang_version",
     "sglang_features",
 ]
+
+# Where a server says what it resolved: /server_info since 0.5.12 (0.5.23 logs "Endpoint
+# '/get_server_info' is deprecated" for every call of the old name), /get_server_info before.
+SERVER_INFO_PATHS = ("/server_info", "/get_server_info")
 
 _OLD_GRAPH_FLAG = "--cuda-graph-max-bs"
 _NEW_GRAPH_FLAG = "--cuda-graph-max-bs-decode"

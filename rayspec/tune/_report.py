@@ -359,12 +359,13 @@ TWIN_SCRIPT = "best-twin.sh"  # a twin study's pick, served by the twin where th
 
 
 def deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
-    """The experiment as a real SGLang launch (a twin study deploys to SGLang too)."""
+    """The experiment as a real SGLang launch (a twin study deploys to SGLang too), with the
+    interpreter the study measured (``server.python``), else ``python`` from the PATH."""
     real = cfg.server.engine is Engine.sglang
     server = dataclasses.replace(
         cfg.server,
         engine=Engine.sglang,
-        python="python",
+        python=(cfg.server.python if real else "") or "python",
         model_path=cfg.server.model_path if real else MODEL_PLACEHOLDER,
         draft_model_path=cfg.server.draft_model_path if real else DRAFT_PLACEHOLDER,
     )

@@ -324,7 +324,7 @@ def run_trial(
         info = ray.get(server.wait_ready.remote())
         phase(number, "benchmarking")
         bench_result, pruned = _run_bench(bench, launch, cfg, number, on_runs, phase)
-        view = _server_view(bench, server, launch)
+        view = _server_view(bench, server, launch, speculative=candidate.spec is not None)
         failure = first_failure(bench_result.records)
         if failure is not None:
             reason, text = failure
@@ -448,8 +448,10 @@ def _run_bench(
     return result, False
 
 
-def _server_view(bench: Any, server: Any, launch: LaunchSpec) -> dict[str, float]:
-    """The server's own view, beside the client's: /get_server_info, /metrics, decode lines."""
+def _server_view(
+    bench: Any, server: Any, launch: LaunchSpec, *, speculative: bool
+) -> dict[str, float]:
+    """The server's own view, beside the client's: /server_info, /metrics, decode lines."""
     out: dict[str, float] = {}
     try:
         view = ray.get(bench.server_view.remote(launch.base_url), timeout=30)
@@ -463,10 +465,17 @@ def _server_view(bench: Any, server: Any, launch: LaunchSpec) -> dict[str, float
         if isinstance(value, int | float):
             out[name] = float(value)
     metrics = view.get("metrics") or {}
-    for key in ("sglang:spec_accept_length", "sglang:gen_throughput"):
-        value = metrics.get(key)
-        if isinstance(value, int | float):
-            out["metrics_" + key.split(":", 1)[1]] = float(value)
+    accept = metrics.get("sglang:spec_accept_length")
+    # The gauge of the last decode-log window: 0 without speculation, and 0 with it until a
+    # window has completed since the flush (a short run at high acceptance has none). An
+    # accept length is at least 1, so 0 is "none", not a value.
+    if speculative and isinstance(accept, int | float) and accept > 0:
+        out["metrics_spec_accept_length"] = float(accept)
+    gen = metrics.get("sglang:gen_throughput")
+    # A gauge of the last decode-log window that SGLang sets to 0 at every prefill-stats tick
+    # and 30 s after the last decode window: after a run, 0 means "no window", not 0 tok/s.
+    if isinstance(gen, int | float) and gen > 0:
+        out["metrics_gen_throughput"] = float(gen)
     lines = parse_decode_lines(_log_tail(server, launch, 4000))
     accepts = [b.accept_len for b in lines if b.accept_len is not None]
     gens = [b.gen_throughput_tok_s for b in lines if b.gen_throughput_tok_s]

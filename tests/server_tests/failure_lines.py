@@ -86,6 +86,24 @@ LINES: dict[str, tuple[str, int, str]] = {
         1,
         "argument_error",
     ),
+    # Real SGLang 0.5.23 on a CPU, --speculative-draft-model-path naming a folder that is gone:
+    # argument resolution takes the path for a hub id (speculative_hook.py:93, get_config).
+    "missing_draft_path": (
+        '  File ".../sglang/srt/arg_groups/speculative_hook.py", line 93, in '
+        "_resolve_speculative_algorithm_alias\n"
+        "    cfg = get_config(\n"
+        "OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
+        "'/tmp/real-study/draft'. Use `repo_type` argument if needed.\n",
+        1,
+        "argument_error",
+    ),
+    # transformers' wording for a name that is neither a folder nor a hub id it can reach.
+    "missing_model_path": (
+        "OSError: /models/kimi-k2.5-eagle3 is not a local folder and is not a valid model "
+        "identifier listed on 'https://huggingface.co/models'\n",
+        1,
+        "argument_error",
+    ),
     "plain_crash": (
         _TB + "ValueError: something nobody anticipated\n" + _SIGQUIT,
         1,

@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--ignore-sigterm", action="store_true")
     ap.add_argument("--flush-busy", type=int, default=0, help="answer 400 to this many flushes")
     ap.add_argument("--print-env", default="", help="comma-separated names to report")
+    ap.add_argument("--say", default="", help="a log line to print at startup")
     args = ap.parse_args()
 
     if args.ignore_sigterm:
@@ -74,6 +75,8 @@ def main() -> None:
     if args.spawn_tree:
         for role, pid in spawn_tree().items():
             print(f"FAKE_PID {role}={pid}", flush=True)
+    if args.say:
+        print(args.say, flush=True)
     env = {k: os.environ.get(k) for k in args.print_env.split(",") if k}
     print("FAKE_ENV " + json.dumps(env, sort_keys=True), flush=True)
     if args.fail and args.fail_after_ready_s is None:

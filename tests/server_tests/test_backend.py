@@ -88,6 +88,28 @@ def test_never_ready_times_out(make_launch) -> None:
         assert backend.alive()  # a timeout does not stop the server; stop() does
 
 
+# What real SGLang 0.5.23 prints when its HTTP port was taken while it started; then it hangs,
+# alive, in "Waiting for application shutdown." (seen on a CPU; tests/real_sglang).
+BIND_ERROR = (
+    "[2026-12-01 19:20:19] ERROR:    [Errno 98] error while attempting to bind on address "
+    "('127.0.0.1', 31955): address already in use"
+)
+
+
+def test_a_taken_port_fails_readiness_at_once(make_launch) -> None:
+    with SGLangBackend(grace_s=1.0) as backend:
+        backend.start(make_launch("--never-ready", "--spawn-tree", "--say", BIND_ERROR,
+                                  timeout_s=120.0))  # fmt: skip
+        with pytest.raises(LaunchError) as err:
+            backend.wait_ready(poll_s=0.1)
+        assert not isinstance(err.value, ServerStartTimeout)  # not after the startup timeout
+        assert err.value.reason is FailureReason.UNKNOWN  # not the candidate's fault
+        assert "address already in use" in str(err.value)
+        assert BIND_ERROR in err.value.log_tail
+        pids = list(fake_pids(backend.log_path).values())
+    assert wait_gone(pids) == []
+
+
 def test_crash_while_serving(make_launch) -> None:
     with SGLangBackend(grace_s=1.0) as backend:
         backend.start(make_launch("--ready-after-s", "0", "--fail-after-ready-s", "0.3"))
