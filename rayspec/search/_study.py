@@ -326,7 +326,7 @@ class StudyHandle:
             if repeat_of is not None:
                 attrs[ATTR_REPEAT_OF] = repeat_of
             self.enqueue(self.space.params_of(candidate), **attrs)
-        trial = self._study.ask()
+        trial = self._pop_baseline() or self._study.ask()
         try:
             chosen = self.space.suggest(trial)
         except ValueError as exc:  # e.g. Optuna refusing choices that differ from the stored
@@ -337,6 +337,27 @@ class StudyHandle:
         trial.set_user_attr(ATTR_KEY, canonical_key(chosen))
         trial.set_user_attr(ATTR_LABEL, chosen.label())
         return TrialHandle(trial, chosen)
+
+    def _pop_baseline(self) -> optuna.Trial | None:
+        """A queued baseline (a retry of an interrupted one), ahead of the rest of the queue.
+
+        Optuna pops queued trials oldest first, so the retry of a baseline interrupted on
+        resume would run after the enqueued trials queued behind the original, and those would
+        meet a correctness gate with no reference. This pops it as ``Study.ask`` pops a queued
+        trial (the storage's RUNNING transition, then ``optuna.Trial``);
+        ``tests/integrity_tests/test_baseline_role.py`` pins that against the installed Optuna.
+        """
+        waiting = self._study.get_trials(deepcopy=False, states=(OptunaState.WAITING,))
+        first = next((t for t in waiting if t.user_attrs.get(ATTR_ROLE) == "baseline"), None)
+        if first is None or first is waiting[0]:
+            return None  # Optuna's own order already runs it first
+        storage = self._study._storage
+        try:
+            if not storage.set_trial_state_values(first._trial_id, state=OptunaState.RUNNING):
+                return None  # taken meanwhile: Optuna's order then
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return None
+        return optuna.Trial(self._study, first._trial_id)
 
     def tell(self, trial: TrialHandle, result: TrialResult) -> None:
         """Record ``result``: the one place an outcome becomes an Optuna state."""
@@ -430,7 +451,7 @@ class StudyHandle:
             return
         params = dict(trial.params)
         attrs: dict[str, Any] = {ATTR_RETRY_OF: trial.number, ATTR_QUEUED: params}
-        for key in (ATTR_REASON, ATTR_REPEAT_OF):
+        for key in (ATTR_ROLE, ATTR_REASON, ATTR_REPEAT_OF):  # the retry is what it retries
             if key in trial.attrs:
                 attrs[key] = trial.attrs[key]
         self._study.enqueue_trial(params, user_attrs=attrs)

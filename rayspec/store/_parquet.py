@@ -111,7 +111,7 @@ TRIAL_METRICS: tuple[str, ...] = (
       for s in ("ratio", "ci95_low", "ci95_high", "p", "significant")),
     "incumbent_trial",
     # the correctness gate
-    "gate_compared", "gate_diverged_early",
+    "gate_compared", "gate_diverged_early", "gate_unchecked",
 )  # fmt: skip
 """Every metric a trial row may carry (float64; absent = null). A metric not declared here is
 still stored, with a warning, but readers that take one file's schema (``pq.read_table(dir)``,

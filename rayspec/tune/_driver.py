@@ -57,6 +57,7 @@ from rayspec.search._structured import NCCL_FAILURES
 from rayspec.search._study import ROLE_BASELINE_AGAIN
 from rayspec.store import ParquetTrialStore
 from rayspec.store import request_record
+from rayspec.tune._checks import GATE_UNCHECKED
 from rayspec.tune._checks import Chain
 from rayspec.tune._checks import OutputGate
 from rayspec.tune._checks import acceptance_alarm
@@ -425,7 +426,7 @@ def run_study(
         )  # fmt: skip
     observations: list[Observation] = observations_from_records(records, roles)
     kept = list(records)  # every row, this invocation's appended as they are written
-    gate = _make_gate(cfg, store, roles)
+    gate = _make_gate(cfg, store, roles, records, printer)
     sink = progress if progress is not None else PlainProgress(printer)
     show = _Progress(budget.max_restarts, budget.restarts, sink)
     equivalent = strategy.equivalent if strategy is not None else None
@@ -686,7 +687,11 @@ def _write_report(cfg: ExperimentConfig, printer: Printer) -> None:
 
 
 def _make_gate(
-    cfg: ExperimentConfig, store: ParquetTrialStore, roles: dict[int, str]
+    cfg: ExperimentConfig,
+    store: ParquetTrialStore,
+    roles: dict[int, str],
+    records: Sequence[TrialRecord],
+    printer: Printer,
 ) -> OutputGate:
     """The correctness gate, with the baseline's outputs when a resumed study has them."""
     scenarios = {sc.name: sc for sc in bench_plan(cfg).scenarios}
@@ -697,13 +702,22 @@ def _make_gate(
         return prompt_key(ask.prompt, ask.max_tokens)
 
     gate = OutputGate(key_of, gate_tokens=cfg.bench.gate_tokens, enabled=cfg.bench.check_outputs)
-    baseline = next((n for n, r in roles.items() if r == "baseline"), None)
+    measured = {
+        r.trial for r in records
+        if r.result.state is TrialState.COMPLETE and r.run_values and not r.reused
+    }  # fmt: skip
+    # The latest measured baseline start (an interrupted one's retry holds the baseline role).
+    baseline = max((n for n, r in roles.items() if r == "baseline" and n in measured),
+                   default=None)  # fmt: skip
     if gate.enabled and baseline is not None:
         table = store.load_requests()
-        if table.num_rows:
-            rows = [r for r in table.to_pylist() if int(r["trial"]) == baseline]
-            records = [request_record(r) for r in rows if r["scenario"] in scenarios]
-            gate.set_reference(baseline, records)
+        rows = [r for r in table.to_pylist() if int(r["trial"]) == baseline]
+        ok = [request_record(r) for r in rows if r["scenario"] in scenarios]
+        gate.set_reference(baseline, ok)
+        if not gate.reference:
+            printer(f"correctness gate: the baseline's (trial {baseline}) outputs are not in "
+                    f"{store.requests_dir}: later trials cannot be compared and will not be "
+                    "picked; restore that file or start a new study")  # fmt: skip
     return gate
 
 
@@ -724,7 +738,18 @@ def _check_output(
         return result
     verdict = gate.judge(result.requests)
     if verdict is None:
-        return result
+        if not gate.enabled:  # bench.check_outputs=false, or turned off (said when it was)
+            return result
+        # On, with nothing to compare against: said in the row and the progress, and never
+        # picked (build_report), rather than passing as if checked.
+        why = gate.unchecked_reason()
+        printer(f"correctness gate: trial {result.trial}'s outputs were not compared ({why}); "
+                "it will not be picked")  # fmt: skip
+        return dataclasses.replace(
+            result,
+            metrics=dict(result.metrics) | {GATE_UNCHECKED: 1.0},
+            failure_detail=f"outputs not compared by the correctness gate: {why}",
+        )
     metrics = dict(result.metrics)
     metrics["gate_compared"] = float(verdict.compared)
     metrics["gate_diverged_early"] = float(verdict.diverged_early)

@@ -35,6 +35,7 @@ from rayspec.search import pick
 from rayspec.search import prob_better
 from rayspec.search import weigh
 from rayspec.server import build_launch
+from rayspec.tune._checks import GATE_UNCHECKED
 from rayspec.tune._decide import cost_key
 
 __all__ = [
@@ -247,7 +248,15 @@ def build_report(
                 evidence.points[k].estimate, base))
             for k, r in rows.items()
         }  # fmt: skip
-    complete = {k: p for k, p in evidence.points.items() if p.complete}
+    # A configuration the correctness gate was on for but never compared is not deployable.
+    unchecked = {
+        k for k, p in evidence.points.items()
+        if any(_f(by_trial[t].result.metrics.get(GATE_UNCHECKED)) == 1.0 for t in p.trials)
+        and not any(math.isfinite(_f(by_trial[t].result.metrics.get("gate_compared")))
+                    for t in p.trials)
+        and k != baseline_key
+    }  # fmt: skip
+    complete = {k: p for k, p in evidence.points.items() if p.complete and k not in unchecked}
     cost = {k: cost_key(p.candidate) for k, p in complete.items()}
     choice = pick(complete, cheaper_margin=margin, cost=cost)
     ranked = sorted(rows.values(), key=lambda r: (-r.tok_s_mean, r.trial))
