@@ -42,8 +42,10 @@ from rayspec._config import Sampler
 from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import ConfigError
 from rayspec._types import Candidate
+from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
+from rayspec.search._journal import check_journal
 from rayspec.search._space import ATTR_QUEUED
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
@@ -56,6 +58,7 @@ __all__ = [
     "StudyHandle",
     "TrialHandle",
     "open_study",
+    "stored_trials",
 ]
 
 _log = logging.getLogger(__name__)
@@ -69,6 +72,10 @@ ATTR_ROLE = "role"
 ATTR_REASON = "reason"
 ATTR_REPEAT_OF = "repeat_of"
 ATTR_NODE_RETRY = "node_lost_retry"  # a retry of a trial whose node died (retried only once)
+# What the journal keeps of a trial's Parquet row, so that a lost trial file can be rebuilt.
+ATTR_RUN_VALUES = "run_values"
+ATTR_RESTART = "restart"
+ATTR_LAUNCH = "launch"
 ROLE_BASELINE_AGAIN = "baseline#2"
 CONSTRAINT_FAILED = "failed"
 # Trial metrics copied to each trial's user attributes (optuna-dashboard shows them).
@@ -135,7 +142,21 @@ def _make_storage(url: str) -> BaseStorage | str:
         return url
     parent = os.path.dirname(os.path.abspath(url))
     os.makedirs(parent, exist_ok=True)
+    if os.path.isfile(url):
+        check_journal(url)  # damage Optuna cannot read past: one line, not a traceback
     return JournalStorage(JournalFileBackend(url))
+
+
+def stored_trials(cfg: ExperimentConfig) -> list[StoredTrial] | None:
+    """The study's trials as stored, read without writing (None: no such study stored)."""
+    url = cfg.storage_url
+    if "://" not in url and not os.path.isfile(url):
+        return None
+    try:
+        study = optuna.load_study(study_name=cfg.study.name, storage=_make_storage(url))
+    except KeyError:
+        return None
+    return [StoredTrial(t) for t in study.get_trials(deepcopy=False)]
 
 
 def _make_sampler(cfg: ExperimentConfig, space: SearchSpace) -> BaseSampler:
@@ -398,6 +419,22 @@ class StudyHandle:
                 trial.set_attr(key, float(value))
         if result.launch is not None:
             trial.set_attr("engine", result.launch.engine)
+
+    @staticmethod
+    def keep_record(trial: TrialHandle, record: TrialRecord) -> None:
+        """Copy into the journal what a rebuilt Parquet row needs (run values, the restart it
+        counted, the launch): written before the row, which is written before ``tell``."""
+        if record.run_values:
+            trial.set_attr(ATTR_RUN_VALUES, [round(v, 6) for v in record.run_values])
+        if record.restart is not None and record.result.launch is not None:
+            trial.set_attr(ATTR_RESTART, record.restart)
+        launch = record.result.launch
+        if launch is not None:
+            trial.set_attr(ATTR_LAUNCH, {
+                "argv": list(launch.argv), "env": dict(launch.env),
+                "unset_env": list(launch.unset_env), "engine": launch.engine,
+                "log_path": launch.log_path,
+            })  # fmt: skip
 
     def enqueue(self, params: Mapping[str, Any], **attrs: Any) -> None:
         """Queue a configuration; parameters left out mean unset (NCCL) or off (flags)."""

@@ -57,6 +57,7 @@ from rayspec.search._structured import NCCL_FAILURES
 from rayspec.search._study import ROLE_BASELINE_AGAIN
 from rayspec.store import ParquetTrialStore
 from rayspec.store import request_record
+from rayspec.tune._agree import prepare_folder
 from rayspec.tune._checks import GATE_UNCHECKED
 from rayspec.tune._checks import Chain
 from rayspec.tune._checks import OutputGate
@@ -66,6 +67,7 @@ from rayspec.tune._decide import Measured
 from rayspec.tune._decide import cannot_beat
 from rayspec.tune._decide import comparison_metrics
 from rayspec.tune._held import HeldTrials
+from rayspec.tune._lock import study_lock
 from rayspec.tune._metrics import StudyMetrics
 from rayspec.tune._progress import PickView
 from rayspec.tune._progress import PlainProgress
@@ -246,22 +248,7 @@ def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) ->
         handle.requeue(t)
         handle.fail(t.number)
         printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")
-    # A finished trial without a row (only a driver of an older order could leave one).
-    retried = handle.interrupted()
-    for t in handle.trials():
-        if t.number in stored or t.optuna_state in ("RUNNING", "WAITING"):
-            continue
-        reason = interrupted if t.number in retried else t.attrs.get("failure_reason")
-        state = t.state
-        result = TrialResult(
-            trial=t.number, state=state, value=t.value if state is TrialState.COMPLETE else None,
-            candidate=_candidate_of(handle, t.params), launch=None, metrics={}, requests=(),
-            start_unix_s=t.start_unix_s or time.time(), end_unix_s=t.end_unix_s or time.time(),
-            failure=None if state is TrialState.COMPLETE else (reason or "unknown"),
-            failure_detail="rebuilt from the Optuna storage (no Parquet row was written)",
-        )  # fmt: skip
-        store.append_trial(TrialRecord(result, params=t.params))
-        printer(f"trial {t.number}: Parquet row rebuilt from the Optuna storage")
+    # A finished trial without a row was rebuilt before the study was opened (_agree.py).
 
 
 def _load_ledger(cfg: ExperimentConfig, records: Sequence[TrialRecord],
@@ -270,7 +257,9 @@ def _load_ledger(cfg: ExperimentConfig, records: Sequence[TrialRecord],
     for r in records:
         if r.result.state is TrialState.COMPLETE and r.run_values and not r.reused:
             ledger.add(Measured(r.trial, r.candidate, r.run_values))
-    ledger.baseline = next((n for n, r in roles.items() if r == "baseline"), None)
+    # The baseline measured last (an interrupted baseline's retry holds the role too).
+    measured = [n for n, r in roles.items() if r == "baseline" and ledger.get(n) is not None]
+    ledger.baseline = max(measured, default=None)
     return ledger
 
 
@@ -344,23 +333,30 @@ class _Room:
         return True
 
 
-def idle_reason(cfg: ExperimentConfig) -> str:
+def idle_reason(cfg: ExperimentConfig, printer: Printer = print) -> str:
     """Why a stored study has nothing left to run ("" when it has, or when it is new).
 
     Read from the study folder alone (Optuna storage and Parquet), so the CLI can say so
     without starting Ray. A study with a trial left running by a killed driver is never idle
-    here: recovering it is the full run's job.
+    here: recovering it is the full run's job. Takes the study lock and checks the folder
+    first (:func:`~rayspec.tune._agree.prepare_folder`), as :func:`run_study` does.
+
+    Raises:
+        ConfigError: another driver holds the study, or its journal and trial files disagree.
     """
-    url = cfg.storage_url
-    if "://" not in url and not os.path.exists(url):
-        return ""
-    if not os.path.isdir(os.path.join(cfg.out_dir, "trials")):
-        return ""
-    handle = open_study(cfg, SearchSpace.from_config(cfg.search))
-    if handle.running():
-        return ""
-    records = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(handle.space))
-    return _Budget(cfg, records, len(handle.finished())).why_not(0)
+    with study_lock(cfg.out_dir, printer):
+        store = ParquetTrialStore(cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]])
+        prepare_folder(cfg, store, printer)
+        url = cfg.storage_url
+        if "://" not in url and not os.path.exists(url):
+            return ""
+        if not os.path.isdir(os.path.join(cfg.out_dir, "trials")):
+            return ""
+        handle = open_study(cfg, SearchSpace.from_config(cfg.search))
+        if handle.running():
+            return ""
+        records = store.load_records(candidate_reader(handle.space))
+        return _Budget(cfg, records, len(handle.finished())).why_not(0)
 
 
 def run_study(
@@ -390,9 +386,28 @@ def run_study(
         progress: shows phases, runs and the pick (default: plain lines through ``printer``;
             the CLI passes a live display on a terminal).
     """
+    with study_lock(cfg.out_dir, printer):
+        return _run_study(
+            cfg, printer=printer, slots=slots, trial_fn=trial_fn, screen=screen,
+            write_report=write_report, progress=progress,
+        )  # fmt: skip
+
+
+def _run_study(
+    cfg: ExperimentConfig,
+    *,
+    printer: Printer,
+    slots: int | Callable[[], int],
+    trial_fn: Callable[..., TrialResult],
+    screen: BaseNcclScreen | None,
+    write_report: bool,
+    progress: PlainProgress | None,
+) -> StudyOutcome:
+    """:func:`run_study` with the study lock held."""
     t0 = time.monotonic()
     space = SearchSpace.from_config(cfg.search)
     store = ParquetTrialStore(cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]])
+    prepare_folder(cfg, store, printer)  # before the study is opened (which may write to it)
     handle = open_study(cfg, space)
     save_space(cfg.out_dir, space)  # the report reads the stored parameters through it
     _recover(handle, store, printer)
@@ -503,6 +518,7 @@ def run_study(
         if result.costs_restart:  # a launch lost with its node is not: its retry counts
             budget.restarts += 1
         stored = _record(trial, result, runs, budget.restarts, alarm)
+        handle.keep_record(trial, stored)  # the journal first, then the row, then tell
         store.append_trial(stored)
         handle.tell(trial, result)
         study_metrics.trial_done(result, budget.restarts)
