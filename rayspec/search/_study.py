@@ -486,7 +486,10 @@ class StudyHandle:
         """
         if trial.number in self.interrupted():
             return
-        params = dict(trial.params)
+        # A queued trial's whole configuration, as queued: a driver killed while the trial's
+        # parameters were being set leaves only some of them, and the sampler would fill the
+        # rest at random (a "baseline" retry that is not the baseline).
+        params = dict(trial.attrs.get(ATTR_QUEUED) or trial.params)
         attrs: dict[str, Any] = {ATTR_RETRY_OF: trial.number, ATTR_QUEUED: params}
         for key in (ATTR_ROLE, ATTR_REASON, ATTR_REPEAT_OF):  # the retry is what it retries
             if key in trial.attrs:

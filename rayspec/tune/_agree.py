@@ -41,7 +41,7 @@ from rayspec.search._study import stored_trials
 from rayspec.store import ParquetTrialStore
 from rayspec.tune._report import candidate_reader
 
-__all__ = ["check_agreement", "prepare_folder", "rebuilt_record"]
+__all__ = ["prepare_folder", "rebuilt_record"]
 
 Printer = Callable[[str], None]
 _FINISHED = ("COMPLETE", "PRUNED", "FAIL")
@@ -54,14 +54,14 @@ def _span(numbers: list[int]) -> str:
     return shown + (f" and {len(numbers) - 6} more" if len(numbers) > 6 else "")
 
 
-def check_agreement(cfg: ExperimentConfig, store: ParquetTrialStore, printer: Printer) -> None:
-    """Refuse a study folder whose journal and trial files disagree; rebuild what can be.
+def prepare_folder(cfg: ExperimentConfig, store: ParquetTrialStore, printer: Printer) -> None:
+    """Before a driver writes (the study lock held): refuse a study folder whose journal and
+    trial files disagree, then repair what can be (a torn journal tail cut off, unreadable
+    files set aside, missing rows rebuilt from the journal).
 
     Raises:
         ConfigError: one line naming what disagrees and what to do.
     """
-    for line in store.set_aside_damaged():
-        printer(line)
     files = store.file_numbers()
     trials = stored_trials(cfg)
     journal = cfg.storage_url
@@ -73,7 +73,7 @@ def check_agreement(cfg: ExperimentConfig, store: ParquetTrialStore, printer: Pr
                 "deleted or replaced; restore it, or move that folder away to start a new study "
                 "(a new study would reuse the trial numbers and overwrite those rows)"
             )
-        return
+        trials = []
     by_number = {t.number: t for t in trials}
     extra = sorted(files - set(by_number))
     if extra:
@@ -82,6 +82,15 @@ def check_agreement(cfg: ExperimentConfig, store: ParquetTrialStore, printer: Pr
             "holds: the journal lost its tail or is another study's; restore the journal that "
             "goes with those files, or move the study folder away to start a new study"
         )
+    # Past the refusals (a refused driver writes nothing): repairs.
+    url = cfg.storage_url
+    if "://" not in url:
+        inside = os.path.abspath(url).startswith(os.path.abspath(cfg.out_dir) + os.sep)
+        for line in repair_journal(url, sole_writer=inside):
+            printer(line)
+    for line in store.set_aside_damaged():
+        printer(line)
+    files = store.file_numbers()
     read = candidate_reader(SearchSpace.from_config(cfg.search))
     rows = {r.trial: r for r in store.load_records(read)} if files else {}
     differ = []
@@ -105,9 +114,11 @@ def check_agreement(cfg: ExperimentConfig, store: ParquetTrialStore, printer: Pr
     for t in trials:
         if t.number in rows or t.optuna_state not in _FINISHED:
             continue
+        requests = os.path.join(store.requests_dir, f"trial-{t.number:06d}.parquet")
+        kept = "kept" if os.path.exists(requests) else "lost"
         store.append_trial(rebuilt_record(t, read, interrupted=t.number in retried))
         printer(f"trial {t.number}: its trial file was missing; row rebuilt from the journal "
-                "(its request rows are lost)")  # fmt: skip
+                f"(its request rows are {kept})")  # fmt: skip
 
 
 def _same(a: float | None, b: float | None) -> bool:
@@ -146,8 +157,7 @@ def rebuilt_record(
         candidate=candidate, launch=launch, metrics=metrics, requests=(),
         start_unix_s=start, end_unix_s=t.end_unix_s or start,
         failure=None if state is TrialState.COMPLETE else str(failure or "unknown"),
-        failure_detail="rebuilt from the Optuna journal: the trial file was missing "
-        "(request rows lost)",
+        failure_detail="rebuilt from the Optuna journal: the trial file was missing",
     )  # fmt: skip
     repeat, restart = attrs.get(ATTR_REPEAT_OF), attrs.get(ATTR_RESTART)
     reused = attrs.get("reused_from")
@@ -158,20 +168,6 @@ def rebuilt_record(
         note=f"reused the measurement of trial {reused}" if reused is not None else "",
         role=str(attrs.get(ATTR_ROLE, "")), reason=str(attrs.get(ATTR_REASON, "")),
         repeat_of=int(repeat) if repeat is not None else None,
-        restart=int(restart) if restart is not None else None,
+        # An interrupted trial's launch is not counted (its retry's is).
+        restart=int(restart) if restart is not None and not interrupted else None,
     )  # fmt: skip
-
-
-def prepare_folder(cfg: ExperimentConfig, store: ParquetTrialStore, printer: Printer) -> None:
-    """Before a driver writes (the study lock held): a torn journal tail cut off, then the
-    journal and the trial files checked against each other.
-
-    Raises:
-        ConfigError: damage that cannot be repaired (one line: what, and what to do).
-    """
-    url = cfg.storage_url
-    if "://" not in url:
-        inside = os.path.abspath(url).startswith(os.path.abspath(cfg.out_dir) + os.sep)
-        for line in repair_journal(url, sole_writer=inside):
-            printer(line)
-    check_agreement(cfg, store, printer)

@@ -243,7 +243,12 @@ def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) ->
                 "the driver stopped while this trial ran; its configuration was queued again",
                 start=t.start_unix_s,
             )
-            store.append_trial(TrialRecord(result, params=t.params))
+            repeat = t.attrs.get("repeat_of")
+            store.append_trial(TrialRecord(
+                result, params=t.params, candidate_key=str(t.attrs.get("candidate_key", "")),
+                role=str(t.attrs.get("role", "")), reason=str(t.attrs.get("reason", "")),
+                repeat_of=int(repeat) if repeat is not None else None,
+            ))  # fmt: skip
             stored[t.number] = result
         handle.requeue(t)
         handle.fail(t.number)

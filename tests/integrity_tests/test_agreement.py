@@ -63,7 +63,7 @@ def test_a_deleted_trial_file_is_rebuilt_with_its_role_runs_and_restart(tmp_path
     outcome = run_study(cfg, printer=lines.append, trial_fn=SimulatedTrials())
     assert (
         "trial 1: its trial file was missing; row rebuilt from the journal (its request "
-        "rows are lost)" in lines
+        "rows are kept)" in lines
     ), lines
     assert outcome.ran == 0 and outcome.restarts == 3  # nothing more launched: 3 of 3
     again = {r["trial"]: r for r in ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()}
