@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -147,16 +148,42 @@ def _make_storage(url: str) -> BaseStorage | str:
     return JournalStorage(JournalFileBackend(url))
 
 
+def _load_stored(cfg: ExperimentConfig) -> tuple[dict[str, Any], list[FrozenTrial]] | None:
+    """The stored study's user attributes and trials as Optuna replays them, read without
+    writing (None: not stored).
+
+    A torn last record is left out, as Optuna's reader leaves it out (its reader trips on a
+    last line that is not UTF-8, so the records before it are read from a copy).
+    """
+    url = cfg.storage_url
+    if "://" in url:
+        return _load_from(cfg, url)
+    if not os.path.isfile(url):
+        return None
+    scan = check_journal(url)
+    if not scan.torn:
+        return _load_from(cfg, JournalStorage(JournalFileBackend(url)))
+    with tempfile.TemporaryDirectory(prefix="rayspec-journal-") as tmp:
+        copy = os.path.join(tmp, "optuna.journal")
+        with open(url, "rb") as src, open(copy, "wb") as dst:
+            dst.write(src.read(scan.good_bytes))
+        return _load_from(cfg, JournalStorage(JournalFileBackend(copy)))
+
+
+def _load_from(
+    cfg: ExperimentConfig, storage: BaseStorage | str
+) -> tuple[dict[str, Any], list[FrozenTrial]] | None:
+    try:
+        study = optuna.load_study(study_name=cfg.study.name, storage=storage)
+    except KeyError:  # no study of that name in the storage yet
+        return None
+    return dict(study.user_attrs), study.get_trials(deepcopy=True)
+
+
 def stored_trials(cfg: ExperimentConfig) -> list[StoredTrial] | None:
     """The study's trials as stored, read without writing (None: no such study stored)."""
-    url = cfg.storage_url
-    if "://" not in url and not os.path.isfile(url):
-        return None
-    try:
-        study = optuna.load_study(study_name=cfg.study.name, storage=_make_storage(url))
-    except KeyError:
-        return None
-    return [StoredTrial(t) for t in study.get_trials(deepcopy=False)]
+    stored = _load_stored(cfg)
+    return None if stored is None else [StoredTrial(t) for t in stored[1]]
 
 
 def _make_sampler(cfg: ExperimentConfig, space: SearchSpace) -> BaseSampler:
@@ -228,9 +255,14 @@ class StoredTrial:
 
     @property
     def state(self) -> TrialState:
-        """rayspec's state (a constrained COMPLETE is a FAIL)."""
+        """rayspec's state (a constrained COMPLETE is a FAIL).
+
+        The ``state`` attribute is written just before ``tell``: a driver killed between the
+        two leaves it on a trial the next driver fails as interrupted, so it is read only
+        where Optuna's state is COMPLETE (a configuration's failure is told as COMPLETE).
+        """
         stored = self.attrs.get("state")
-        if stored in TrialState.__members__:
+        if self.optuna_state == "COMPLETE" and stored in TrialState.__members__:
             return TrialState(stored)
         return TrialState(self.optuna_state) if self.optuna_state != "RUNNING" else TrialState.FAIL
 
@@ -634,15 +666,12 @@ def _check_stored_choices(
 
 def check_resumable(cfg: ExperimentConfig, space: SearchSpace) -> None:
     """Before anything starts: refuse to resume a stored study of another experiment."""
-    url = cfg.storage_url
-    if "://" not in url and not os.path.exists(url):
+    stored = _load_stored(cfg)
+    if stored is None:
         return
-    try:
-        stored = optuna.load_study(study_name=cfg.study.name, storage=_make_storage(url))
-    except KeyError:  # no study of that name in the storage yet
-        return
-    _check_same_experiment(cfg, space, stored.user_attrs)
-    _check_stored_choices(cfg, space, stored.get_trials(deepcopy=False))
+    attrs, trials = stored
+    _check_same_experiment(cfg, space, attrs)
+    _check_stored_choices(cfg, space, trials)
 
 
 def check_grid(cfg: ExperimentConfig, space: SearchSpace) -> None:

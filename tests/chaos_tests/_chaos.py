@@ -42,6 +42,7 @@ import rayspec.store._parquet as parquet_module
 from rayspec._config import ExperimentConfig
 from rayspec._config import load_config
 from rayspec._exceptions import ConfigError
+from rayspec.search._study import StoredTrial
 from rayspec.testing import SimulatedTrials
 from rayspec.tune import run_study
 from tests.helpers import TWIN_EXPERIMENT
@@ -75,11 +76,12 @@ class Case:
     ll128: bool
     sampler: str
     faults: list[tuple[str, int]]  # (kind, k: the write or trial it lands at)
+    warm: bool = False  # a clean run of one restart first, so folder faults find files
 
     def describe(self) -> str:
         return (f"chaos case seed {self.seed} ({SEED_ENV}={self.seed} {CASES_ENV}=1 reproduces "
                 f"it): {self.restarts} restarts, sampler {self.sampler}, LL128 enqueued "
-                f"{self.ll128}, faults {self.faults}")  # fmt: skip
+                f"{self.ll128}, warm start {self.warm}, faults {self.faults}")  # fmt: skip
 
 
 def draw_case(seed: int) -> Case:
@@ -89,7 +91,7 @@ def draw_case(seed: int) -> Case:
         kind = rng.choice(RUN_FAULTS + FOLDER_FAULTS)
         faults.append((kind, rng.randint(1, 40) if kind != "ctrl_c" else rng.randint(0, 4)))
     return Case(seed, rng.randint(3, 6), rng.random() < 0.6, rng.choice(["structured", "random"]),
-                faults)  # fmt: skip
+                faults, warm=rng.random() < 0.5)  # fmt: skip
 
 
 def case_cfg(case: Case, folder: str) -> ExperimentConfig:
@@ -281,7 +283,7 @@ class Invariants:
         retried_by: dict[int, list[int]] = {}
         for t in trials.values():
             self.ok(t.state.name in ("COMPLETE", "PRUNED", "FAIL"), f"trial {t.number} {t.state}")
-            state = t.user_attrs.get("state") or t.state.name
+            state = StoredTrial(t).state.value
             self.ok(
                 rows[t.number]["state"] == state,
                 f"trial {t.number}: row {rows[t.number]['state']}, journal {state}",
@@ -343,6 +345,11 @@ def run_case(case: Case, folder: str, tally: Tally) -> None:
     rng = random.Random(case.seed ^ 0x5EED)
     inv = Invariants()
     lines: list[str] = []
+    if case.warm:  # the same study with a budget of one, raised after (as a user does)
+        tally.runs += 1
+        run_study(case_cfg(dataclasses.replace(case, restarts=1), folder), printer=lines.append,
+                  trial_fn=SimulatedTrials())  # fmt: skip
+        inv.after_run(cfg, lines, final=False)
     for kind, k in case.faults:
         tally.faults += 1
         if kind in FOLDER_FAULTS:
@@ -369,6 +376,12 @@ def run_case(case: Case, folder: str, tally: Tally) -> None:
         outcome = run_study(cfg, printer=lines.append, trial_fn=SimulatedTrials())
     inv.after_run(cfg, lines, final=True)
     inv.pick(cfg, outcome.report.best)
+    try:  # and it resumes again: nothing the faults left makes the next start refuse
+        again = run_study(cfg, printer=lines.append, trial_fn=SimulatedTrials())
+        inv.ok(again.ran == 0, f"a finished study ran {again.ran} more trials")
+    except ConfigError as exc:
+        inv.ok(False, f"the finished study is refused: {exc}")
+    tally.runs += 1
     tally.invariants += inv.checked
     tally.cases += 1
 
@@ -392,7 +405,10 @@ def _refused(kind: str, cfg: ExperimentConfig, rng: random.Random, inv: Invarian
             records = fh.readlines()
         keep, created = [], 0
         for line in records:
-            doc = json.loads(line) if line.endswith(b"\n") else {}
+            try:
+                doc = json.loads(line)
+            except ValueError:  # a torn or garbage tail
+                doc = {}
             if doc.get("op_code") == 4:  # CREATE_TRIAL
                 created += 1
                 if created > last:
