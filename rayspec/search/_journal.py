@@ -9,8 +9,9 @@ lands after it, which turns a skipped tail into damage in the middle of the file
 
 So, before a driver writes: :func:`repair_journal` cuts a torn last line off (after saving the
 whole file beside it), under Optuna's own journal lock so that no append is in flight, which
-keeps exactly the records Optuna's reader would replay. Damage followed by more records is not
-guessed at: :func:`check_journal` refuses it with one line.
+keeps every record Optuna's reader can replay (damaged lines with no record after them, which
+no crash-free reader gets past either, go with the torn line). Damage followed by a record is
+not guessed at: :func:`check_journal` refuses it with one line.
 """
 
 from __future__ import annotations
@@ -68,17 +69,17 @@ def check_journal(path: str) -> JournalScan:
     with open(path, "rb") as fh:
         for number, line in enumerate(fh, start=1):
             offset += len(line)
-            if bad_line:
+            if not (line.endswith(b"\n") and _is_record(line)):
+                bad_line = bad_line or number
+                continue
+            if bad_line:  # a record after damage: Optuna cannot read past it, nor may we cut
                 raise ConfigError(
                     f"study.storage: {path} line {bad_line} is not an Optuna journal record "
-                    f"and {number - bad_line} more line(s) follow it, which Optuna cannot read "
-                    "past; restore the journal from a backup (or delete that line by hand if it "
-                    "is the only damage), then run the same command again"
+                    f"and records follow it (line {number}), which Optuna cannot read past; "
+                    "restore the journal from a backup (or delete that line by hand if it is "
+                    "the only damage), then run the same command again"
                 )
-            if line.endswith(b"\n") and _is_record(line):
-                good, records = offset, records + 1
-            else:
-                bad_line = number
+            good, records = offset, records + 1
     return JournalScan(good_bytes=good, size=offset, records=records)
 
 

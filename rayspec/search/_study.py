@@ -79,10 +79,12 @@ ATTR_RESTART = "restart"
 ATTR_LAUNCH = "launch"
 ROLE_BASELINE_AGAIN = "baseline#2"
 CONSTRAINT_FAILED = "failed"
-# Trial metrics copied to each trial's user attributes (optuna-dashboard shows them).
-_TRIAL_METRIC_ATTRS = (
+# Trial metrics copied to each trial's user attributes (optuna-dashboard shows them; a trial
+# file rebuilt from the journal has them).
+TRIAL_METRIC_ATTRS = (
     "tok_s_mean", "tok_s_peak", "tok_s_std", "tok_s_ci95_low", "tok_s_ci95_high",
-    "accept_length", "runs", "vs_baseline_ratio",
+    "accept_length", "runs", "vs_baseline_ratio", "gate_compared", "gate_diverged_early",
+    "gate_unchecked",
 )  # fmt: skip
 # The most configurations study.sampler=grid may walk. Those in experiments/ have 44,469 each; a
 # grid of millions would never finish, and Optuna holds and shuffles every point on each open.
@@ -445,7 +447,7 @@ class StudyHandle:
             trial.set_attr(ATTR_FAILURE, result.failure)
             trial.set_attr("failure_detail", result.failure_detail[:2000])
             trial.set_attr("log_tail", result.log_tail[-4000:])
-        for key in _TRIAL_METRIC_ATTRS:
+        for key in TRIAL_METRIC_ATTRS:
             value = result.metrics.get(key)
             if value is not None and value == value:  # not NaN
                 trial.set_attr(key, float(value))

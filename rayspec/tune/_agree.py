@@ -23,6 +23,7 @@ from typing import Any
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
+from rayspec._exceptions import StoreError
 from rayspec._types import Candidate
 from rayspec._types import LaunchSpec
 from rayspec._types import TrialRecord
@@ -30,12 +31,14 @@ from rayspec._types import TrialResult
 from rayspec._types import TrialState
 from rayspec.search import SearchSpace
 from rayspec.search._journal import repair_journal
+from rayspec.search._space import ATTR_QUEUED
 from rayspec.search._study import ATTR_LAUNCH
 from rayspec.search._study import ATTR_REASON
 from rayspec.search._study import ATTR_REPEAT_OF
 from rayspec.search._study import ATTR_RESTART
 from rayspec.search._study import ATTR_ROLE
 from rayspec.search._study import ATTR_RUN_VALUES
+from rayspec.search._study import TRIAL_METRIC_ATTRS
 from rayspec.search._study import StoredTrial
 from rayspec.search._study import stored_trials
 from rayspec.store import ParquetTrialStore
@@ -45,8 +48,6 @@ __all__ = ["prepare_folder", "rebuilt_record"]
 
 Printer = Callable[[str], None]
 _FINISHED = ("COMPLETE", "PRUNED", "FAIL")
-_METRICS = ("tok_s_mean", "tok_s_peak", "tok_s_std", "tok_s_ci95_low", "tok_s_ci95_high",
-            "accept_length", "runs", "vs_baseline_ratio")  # fmt: skip
 
 
 def _span(numbers: list[int]) -> str:
@@ -143,13 +144,16 @@ def rebuilt_record(
             engine=str(kept.get("engine", "")),
             unset_env=tuple(str(v) for v in kept.get("unset_env", ())),
         )  # fmt: skip
+    params = dict(t.attrs.get(ATTR_QUEUED) or t.params)
     try:
-        candidate = read(t.params) if t.params else Candidate()
-    except ConfigError:
-        candidate = Candidate()
+        candidate = read(params) if params else Candidate()
+    except (ConfigError, StoreError):  # partial: a driver killed while it was being sampled
+        candidate, params = Candidate(), {}
     state = t.state
     failure = FailureReason.INTERRUPTED.value if interrupted else attrs.get("failure_reason")
-    metrics = {k: float(attrs[k]) for k in _METRICS if isinstance(attrs.get(k), (int, float))}
+    metrics = {
+        k: float(attrs[k]) for k in TRIAL_METRIC_ATTRS if isinstance(attrs.get(k), (int, float))
+    }
     start = t.start_unix_s or 0.0
     result = TrialResult(
         trial=t.number, state=state,
@@ -162,7 +166,7 @@ def rebuilt_record(
     repeat, restart = attrs.get(ATTR_REPEAT_OF), attrs.get(ATTR_RESTART)
     reused = attrs.get("reused_from")
     return TrialRecord(
-        result=result, params=dict(t.params),
+        result=result, params=params,
         run_values=tuple(float(v) for v in attrs.get(ATTR_RUN_VALUES, ())),
         candidate_key=str(attrs.get("candidate_key", "")),
         note=f"reused the measurement of trial {reused}" if reused is not None else "",

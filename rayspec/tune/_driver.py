@@ -54,6 +54,7 @@ from rayspec.search import open_study
 from rayspec.search import wants_more_runs
 from rayspec.search import weigh
 from rayspec.search._structured import NCCL_FAILURES
+from rayspec.search._space import ATTR_QUEUED
 from rayspec.search._study import ROLE_BASELINE_AGAIN
 from rayspec.store import ParquetTrialStore
 from rayspec.store import request_record
@@ -236,16 +237,23 @@ def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) ->
             printer(f"recovered trial {t.number} from its Parquet row ({state.value})")
             continue
         if row is None:
+            # Its configuration as queued (a kill while it was being sampled leaves some
+            # parameters only): a row's parameters are always a whole configuration, or none.
+            params = dict(t.attrs.get(ATTR_QUEUED) or t.params)
+            try:
+                handle.space.candidate(params) if params else None
+            except ConfigError:
+                params = {}
             result = failed_result(
                 t.number,
-                _candidate_of(handle, t.params),
+                _candidate_of(handle, params),
                 FailureReason.INTERRUPTED,
                 "the driver stopped while this trial ran; its configuration was queued again",
                 start=t.start_unix_s,
             )
             repeat = t.attrs.get("repeat_of")
             store.append_trial(TrialRecord(
-                result, params=t.params, candidate_key=str(t.attrs.get("candidate_key", "")),
+                result, params=params, candidate_key=str(t.attrs.get("candidate_key", "")),
                 role=str(t.attrs.get("role", "")), reason=str(t.attrs.get("reason", "")),
                 repeat_of=int(repeat) if repeat is not None else None,
             ))  # fmt: skip

@@ -242,10 +242,14 @@ def folder_bytes(cfg: ExperimentConfig) -> dict[str, str]:
     out = {}
     for root, _dirs, files in os.walk(cfg.out_dir):
         for f in files:
+            path = os.path.join(root, f)
             if f in ("chaos.yaml", "study.lock"):
                 continue
-            with open(os.path.join(root, f), "rb") as fh:
-                out[os.path.join(root, f)] = hashlib.sha256(fh.read()).hexdigest()
+            if os.path.islink(path):  # Optuna's journal lock is a symlink
+                out[path] = "-> " + os.readlink(path)
+                continue
+            with open(path, "rb") as fh:
+                out[path] = hashlib.sha256(fh.read()).hexdigest()
     return out
 
 

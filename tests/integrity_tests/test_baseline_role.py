@@ -113,3 +113,38 @@ def test_a_gate_without_its_reference_says_so_and_never_picks_the_unchecked(tmp_
     assert "correctness gate: trial 1's outputs were not compared" in "\n".join(lines)
     assert outcome.report.best is not None
     assert not set(outcome.report.best.trials) & set(unchecked), outcome.report.best
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: unwinds past every ``except Exception``."""
+
+
+def test_a_baseline_killed_while_its_parameters_were_set_is_retried_as_the_baseline(
+    tmp_path, monkeypatch
+) -> None:
+    """Found by the chaos suite: the retry was queued with the few parameters the killed
+    driver had set, the sampler filled in the rest at random, and that "baseline" (LL128 among
+    them) became the gate's reference."""
+    import optuna
+
+    cfg = _ll128_cfg(tmp_path, "study.max_restarts=3", "study.sampler=random")
+    real = optuna.Trial.suggest_categorical
+    calls = []
+
+    def suggest(self, name, choices):
+        calls.append(name)
+        if self.number == 0 and len(calls) == 2:
+            raise Killed("killed while trial 0's parameters were set")
+        return real(self, name, choices)
+
+    monkeypatch.setattr(optuna.Trial, "suggest_categorical", suggest)
+    with pytest.raises(Killed):
+        run_study(cfg, printer=_quiet, trial_fn=SimulatedTrials())
+    monkeypatch.undo()
+    outcome = run_study(cfg, printer=_quiet, trial_fn=SimulatedTrials())
+    rows = _rows(cfg)
+    retry = next(n for n, r in sorted(rows.items()) if n > 0 and r["role"] == "baseline")
+    assert rows[retry]["candidate"] == "no speculation; NCCL default", rows[retry]
+    enq = next(n for n, r in rows.items() if r["role"] == "enqueued[0]")
+    assert rows[enq]["failure"] == "wrong_output", rows[enq]
+    assert "PROTO=LL128" not in outcome.report.best.label

@@ -23,7 +23,9 @@ def _study(tmp_path, restarts: int):
     return cfg
 
 
-@pytest.mark.parametrize("tail", [b'{"op_code":5,"worker_id":"ab', b'{"op_code":5,"wor\n'])
+@pytest.mark.parametrize(
+    "tail", [b'{"op_code":5,"worker_id":"ab', b'{"op_code":5,"wor\n', b'\xff junk\n{"op_co']
+)
 def test_a_torn_last_line_is_cut_off_after_a_backup_and_the_study_resumes(tmp_path, tail) -> None:
     cfg = _study(tmp_path, 2)
     with open(cfg.storage_url, "ab") as fh:
