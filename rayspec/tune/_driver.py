@@ -53,8 +53,8 @@ from rayspec.search import canonical_key
 from rayspec.search import open_study
 from rayspec.search import wants_more_runs
 from rayspec.search import weigh
-from rayspec.search._structured import NCCL_FAILURES
 from rayspec.search._space import ATTR_QUEUED
+from rayspec.search._structured import NCCL_FAILURES
 from rayspec.search._study import ROLE_BASELINE_AGAIN
 from rayspec.store import ParquetTrialStore
 from rayspec.store import request_record
