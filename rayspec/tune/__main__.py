@@ -217,6 +217,9 @@ def _run_locked(cfg: ExperimentConfig) -> int:
         f"{report.reused} reused); this run added {outcome.ran} in {outcome.wall_s:.0f} s"
     )
     if report.best is None:
+        if report.pick_note:
+            _say(report.pick_note)
+            return 1
         _say(
             "no trial completed: see the failure reasons in the trials table and the logs in "
             f"{os.path.join(cfg.out_dir, 'logs')}"

@@ -282,7 +282,7 @@ def build_report(
         baseline=rows.get(baseline_key) if baseline_key else None,
         best=rows[choice.point.key] if choice else None,
         fastest=rows[choice.best.key] if choice else None,
-        pick_note=choice.note if choice else "",
+        pick_note=choice.note if choice else _unchecked_note(unchecked, rows),
         failed=len(failures),
         pruned=states.count(TrialState.PRUNED),
         total=len(records),
@@ -291,6 +291,18 @@ def build_report(
         best_per_scenario=tuple(per_scenario),
         bench_s_saved=0.0 if math.isnan(saved) else saved,
         failures=failures,
+    )
+
+
+def _unchecked_note(unchecked: set[str], rows: Mapping[str, Row]) -> str:
+    """Why nothing was picked when only unchecked configurations were measured."""
+    if not unchecked:
+        return ""
+    trials = sorted(t for k in unchecked for t in rows[k].trials)
+    return (
+        f"no pick: the correctness gate compared none of the outputs of trials "
+        f"{', '.join(map(str, trials))} (no baseline reference), and an unchecked configuration "
+        "is never picked; restore the baseline's request file or start a new study"
     )
 
 

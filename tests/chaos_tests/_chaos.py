@@ -42,6 +42,7 @@ import rayspec.store._parquet as parquet_module
 from rayspec._config import ExperimentConfig
 from rayspec._config import load_config
 from rayspec._exceptions import ConfigError
+from rayspec._exceptions import StoreError
 from rayspec.search._study import StoredTrial
 from rayspec.testing import SimulatedTrials
 from rayspec.tune import run_study
@@ -370,8 +371,10 @@ def run_case(case: Case, folder: str, tally: Tally) -> None:
                 run_study(cfg, printer=lines.append, trial_fn=trial_fn)
         except (Killed, KeyboardInterrupt):
             pass
-        except OSError as exc:
-            assert kind == "enospc" and exc.errno == errno.ENOSPC, repr(exc)
+        except (OSError, StoreError) as exc:  # the CLI's one line, exit 1
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            assert kind == "enospc" and isinstance(cause, OSError), repr(exc)
+            assert cause.errno == errno.ENOSPC and "\n" not in str(exc), repr(exc)
         inv.after_run(cfg, lines, final=False)
     tally.runs += 1
     outcome = run_study(cfg, printer=lines.append, trial_fn=SimulatedTrials())
