@@ -658,12 +658,14 @@ def _run_study(
                             "its configuration is queued again for a resume)"
                         )
                         printer(f"trial {trial.number}: {result.failure_detail}")
-                    if result.failure == FailureReason.NODE_LOST.value:
+                    if result.failure in (FailureReason.NODE_LOST, FailureReason.ACTOR_LOST):
                         # Queued before the row is written: a driver killed in between leaves
                         # a RUNNING trial whose retry exists (recovery does not queue another).
                         again = handle.retry_elsewhere(trial)
+                        what = ("its node died" if result.failure == FailureReason.NODE_LOST
+                                else "its server actor's worker died")  # fmt: skip
                         printer(
-                            f"trial {trial.number}: its node died ({result.node}); "
+                            f"trial {trial.number}: {what} ({result.node}); "
                             + ("queued again for another node" if again
                                else "not queued again (it was the retry of a lost trial)")
                         )  # fmt: skip

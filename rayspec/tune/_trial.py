@@ -367,6 +367,13 @@ def run_trial(
                 _lost_detail(lost_on, "mid-trial"), launch=launch, start=start,
                 log_tail=_log_tail(server, launch), node=lost_on,
             )  # fmt: skip
+        if isinstance(exc, ray.exceptions.RayActorError) and not LIVE_ACTORS.stopping:
+            return failed_result(
+                number, candidate, FailureReason.ACTOR_LOST,
+                "the Ray worker process of the trial's server actor died while its node lives "
+                f"(killed, or out of host memory?): {_message(exc)}"[:2000], launch=launch,
+                start=start, log_tail=_log_tail(server, launch), node=node_ip,
+            )  # fmt: skip
         return failed_result(
             number, candidate, FailureReason.UNKNOWN, _message(exc)[:2000],
             launch=launch, start=start, log_tail=_log_tail(server, launch), node=node_ip,

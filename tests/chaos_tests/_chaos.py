@@ -41,6 +41,7 @@ from optuna.storages.journal import JournalFileBackend
 import rayspec.store._parquet as parquet_module
 from rayspec._config import ExperimentConfig
 from rayspec._config import load_config
+from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import StoreError
 from rayspec.search._study import StoredTrial
@@ -296,7 +297,7 @@ class Invariants:
             if "retry_of" in t.user_attrs:
                 retried_by.setdefault(int(t.user_attrs["retry_of"]), []).append(t.number)
         for n, row in rows.items():
-            interrupted = row["failure"] in ("interrupted", "node_lost")
+            interrupted = row["failure"] in NOT_THE_CONFIG  # each tried again, once
             self.ok(
                 len(retried_by.get(n, [])) == (1 if interrupted else 0),
                 f"trial {n} ({row['failure']}) retried by {retried_by.get(n)}",
@@ -307,7 +308,7 @@ class Invariants:
                     f"retry {retry} of {n}: role {rows[retry]['role']!r} != {row['role']!r}",
                 )
         launched = sum(1 for r in rows.values() if r["restart"] is not None
-                       and r["failure"] not in ("interrupted", "node_lost"))  # fmt: skip
+                       and r["failure"] not in NOT_THE_CONFIG)  # fmt: skip
         self.ok(launched <= cfg.study.max_restarts, f"{launched} launches > budget")
         self.ok(
             any(r["role"] == "baseline" and r["run_values"] for r in rows.values()),
