@@ -21,6 +21,7 @@ from tests.chaos_tests._chaos import SEED_ENV
 from tests.chaos_tests._chaos import Invariants
 from tests.chaos_tests._chaos import base_seed
 from tests.reliability_tests._support import Driver
+from tests.reliability_tests._support import descendants
 from tests.reliability_tests._support import experiment
 from tests.reliability_tests._support import free_port
 from tests.reliability_tests._support import kill_leftovers
@@ -34,7 +35,8 @@ LL128 = {"spec.mode": "EAGLE3", "spec.num_steps": 2, "spec.eagle_topk": 1,
 
 
 def _kill_matching(needle: str) -> bool:
-    found = processes_with(needle)
+    """SIGKILL this session's own processes matching ``needle`` (never another test's)."""
+    found = set(processes_with(needle)) & descendants()
     for pid in found:
         try:
             os.kill(pid, signal.SIGKILL)
