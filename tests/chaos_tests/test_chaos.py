@@ -1,7 +1,7 @@
 """Chaos: seeded random faults at random points of small twin studies, then resume; the
 invariants hold after every run (see ``_chaos.py`` for the faults and the invariants).
 
-Bounded for CI: ``RAYSPEC_CHAOS_CASES`` cases (default 16, about 25 s on two cores), drawn from
+Bounded for CI: ``RAYSPEC_CHAOS_CASES`` cases (default 24, about 20 s on two cores), drawn from
 ``RAYSPEC_CHAOS_SEED`` (default fixed, so CI is reproducible); a failure names its case's seed
 and the two variables that replay it alone. A longer manual run: ``RAYSPEC_CHAOS_CASES=500``
 with any ``RAYSPEC_CHAOS_SEED``.
@@ -19,7 +19,7 @@ from tests.chaos_tests._chaos import base_seed
 from tests.chaos_tests._chaos import draw_case
 from tests.chaos_tests._chaos import run_case
 
-N_CASES = int(os.environ.get(CASES_ENV, "16"))
+N_CASES = int(os.environ.get(CASES_ENV, "24"))
 TALLY = Tally()
 
 
