@@ -38,6 +38,9 @@ class FailureReason(str, enum.Enum):
     INFEASIBLE = "infeasible"  # rejected before launch: never cost a server start
     INTERRUPTED = "interrupted"  # the driver died while the trial ran
     NODE_LOST = "node_lost"  # the trial's Ray node died mid-trial; retried once elsewhere
+    # The Ray worker process of the trial's server actor died while its node lives (killed, or
+    # the host's OOM killer): not the configuration's doing; retried once
+    ACTOR_LOST = "actor_lost"
     # No node had the trial's GPUs free within cluster.placement_timeout_s: no server started
     NO_PLACEMENT = "no_placement"
     # The trial's port was held by a process outside the study when its server was to start
@@ -52,6 +55,7 @@ NOT_THE_CONFIG = frozenset(
     {
         FailureReason.INTERRUPTED.value,
         FailureReason.NODE_LOST.value,
+        FailureReason.ACTOR_LOST.value,
         FailureReason.NO_PLACEMENT.value,
         FailureReason.PORT_IN_USE.value,
     }

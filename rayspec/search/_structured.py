@@ -202,7 +202,7 @@ class StructuredSearch:
         by_spec: dict[SpecSettings | None, list[Observation]] = {}
         lost: dict[str, int] = {}
         for o in observations:
-            if o.failure == FailureReason.NODE_LOST.value:
+            if o.failure in (FailureReason.NODE_LOST.value, FailureReason.ACTOR_LOST.value):
                 lost[o.key] = lost.get(o.key, 0) + 1
                 if lost[o.key] >= _MAX_NODES_LOST:
                     failed.add(o.key)

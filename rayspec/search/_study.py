@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -44,8 +45,10 @@ from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import ConfigError
 from rayspec._plural import plural
 from rayspec._types import Candidate
+from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
+from rayspec.search._journal import check_journal
 from rayspec.search._space import ATTR_QUEUED
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
@@ -58,6 +61,7 @@ __all__ = [
     "StudyHandle",
     "TrialHandle",
     "open_study",
+    "stored_trials",
 ]
 
 _log = logging.getLogger(__name__)
@@ -71,12 +75,18 @@ ATTR_ROLE = "role"
 ATTR_REASON = "reason"
 ATTR_REPEAT_OF = "repeat_of"
 ATTR_NODE_RETRY = "node_lost_retry"  # a retry of a trial whose node died (retried only once)
+# What the journal keeps of a trial's Parquet row, so that a lost trial file can be rebuilt.
+ATTR_RUN_VALUES = "run_values"
+ATTR_RESTART = "restart"
+ATTR_LAUNCH = "launch"
 ROLE_BASELINE_AGAIN = "baseline#2"
 CONSTRAINT_FAILED = "failed"
-# Trial metrics copied to each trial's user attributes (optuna-dashboard shows them).
-_TRIAL_METRIC_ATTRS = (
+# Trial metrics copied to each trial's user attributes (optuna-dashboard shows them; a trial
+# file rebuilt from the journal has them).
+TRIAL_METRIC_ATTRS = (
     "tok_s_mean", "tok_s_peak", "tok_s_std", "tok_s_ci95_low", "tok_s_ci95_high",
-    "accept_length", "runs", "vs_baseline_ratio",
+    "accept_length", "runs", "vs_baseline_ratio", "gate_compared", "gate_diverged_early",
+    "gate_unchecked",
 )  # fmt: skip
 # The most configurations study.sampler=grid may walk. Those in experiments/ have 44,469 each; a
 # grid of millions would never finish, and Optuna holds and shuffles every point on each open.
@@ -149,7 +159,55 @@ def _make_storage(url: str) -> BaseStorage | str:
         return url
     parent = os.path.dirname(os.path.abspath(url))
     os.makedirs(parent, exist_ok=True)
+    if os.path.isfile(url):
+        check_journal(url)  # damage Optuna cannot read past: one line, not a traceback
     return JournalStorage(JournalFileBackend(url))
+
+
+def _load_stored(cfg: ExperimentConfig) -> tuple[dict[str, Any], list[FrozenTrial]] | None:
+    """The stored study's user attributes and trials as Optuna replays them, read without
+    writing (None: not stored).
+
+    A torn last record is left out, as Optuna's reader leaves it out (its reader trips on a
+    last line that is not UTF-8, so the records before it are read from a copy).
+    """
+    url = cfg.storage_url
+    if "://" in url:
+        if not _storage_exists(url):  # opening it would create it (sqlite too): nothing stored
+            return None
+        return _load_from(cfg, url)
+    if not os.path.isfile(url):
+        return None
+    scan = check_journal(url)
+    if not scan.torn:
+        return _load_from(cfg, JournalStorage(JournalFileBackend(url)))
+    with tempfile.TemporaryDirectory(prefix="rayspec-journal-") as tmp:
+        copy = os.path.join(tmp, "optuna.journal")
+        with open(url, "rb") as src, open(copy, "wb") as dst:
+            dst.write(src.read(scan.good_bytes))
+        return _load_from(cfg, JournalStorage(JournalFileBackend(copy)))
+
+
+def _load_from(
+    cfg: ExperimentConfig, storage: BaseStorage | str
+) -> tuple[dict[str, Any], list[FrozenTrial]] | None:
+    try:
+        study = optuna.load_study(study_name=cfg.study.name, storage=storage)
+    except KeyError:  # no study of that name in the storage yet
+        return None
+    except SQLAlchemyError as exc:
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(str(storage)).render_as_string(hide_password=True)
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"study.storage: cannot open {shown} ({first[:200]})") from None
+    return dict(study.user_attrs), study.get_trials(deepcopy=True)
+
+
+def stored_trials(cfg: ExperimentConfig) -> list[StoredTrial] | None:
+    """The study's trials as stored, read without writing (None: no such study stored)."""
+    stored = _load_stored(cfg)
+    return None if stored is None else [StoredTrial(t) for t in stored[1]]
 
 
 def _make_sampler(cfg: ExperimentConfig, space: SearchSpace) -> BaseSampler:
@@ -221,9 +279,14 @@ class StoredTrial:
 
     @property
     def state(self) -> TrialState:
-        """rayspec's state (a constrained COMPLETE is a FAIL)."""
+        """rayspec's state (a constrained COMPLETE is a FAIL).
+
+        The ``state`` attribute is written just before ``tell``: a driver killed between the
+        two leaves it on a trial the next driver fails as interrupted, so it is read only
+        where Optuna's state is COMPLETE (a configuration's failure is told as COMPLETE).
+        """
         stored = self.attrs.get("state")
-        if stored in TrialState.__members__:
+        if self.optuna_state == "COMPLETE" and stored in TrialState.__members__:
             return TrialState(stored)
         return TrialState(self.optuna_state) if self.optuna_state != "RUNNING" else TrialState.FAIL
 
@@ -340,7 +403,7 @@ class StudyHandle:
             if repeat_of is not None:
                 attrs[ATTR_REPEAT_OF] = repeat_of
             self.enqueue(self.space.params_of(candidate), **attrs)
-        trial = self._study.ask()
+        trial = self._pop_baseline() or self._study.ask()
         try:
             chosen = self.space.suggest(trial)
         except ValueError as exc:  # e.g. Optuna refusing choices that differ from the stored
@@ -351,6 +414,27 @@ class StudyHandle:
         trial.set_user_attr(ATTR_KEY, canonical_key(chosen))
         trial.set_user_attr(ATTR_LABEL, chosen.label())
         return TrialHandle(trial, chosen)
+
+    def _pop_baseline(self) -> optuna.Trial | None:
+        """A queued baseline (a retry of an interrupted one), ahead of the rest of the queue.
+
+        Optuna pops queued trials oldest first, so the retry of a baseline interrupted on
+        resume would run after the enqueued trials queued behind the original, and those would
+        meet a correctness gate with no reference. This pops it as ``Study.ask`` pops a queued
+        trial (the storage's RUNNING transition, then ``optuna.Trial``);
+        ``tests/integrity_tests/test_baseline_role.py`` pins that against the installed Optuna.
+        """
+        waiting = self._study.get_trials(deepcopy=False, states=(OptunaState.WAITING,))
+        first = next((t for t in waiting if t.user_attrs.get(ATTR_ROLE) == "baseline"), None)
+        if first is None or first is waiting[0]:
+            return None  # Optuna's own order already runs it first
+        storage = self._study._storage
+        try:
+            if not storage.set_trial_state_values(first._trial_id, state=OptunaState.RUNNING):
+                return None  # taken meanwhile: Optuna's order then
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return None
+        return optuna.Trial(self._study, first._trial_id)
 
     def tell(self, trial: TrialHandle, result: TrialResult) -> None:
         """Record ``result``: the one place an outcome becomes an Optuna state."""
@@ -385,12 +469,28 @@ class StudyHandle:
             trial.set_attr(ATTR_FAILURE, result.failure)
             trial.set_attr("failure_detail", result.failure_detail[:2000])
             trial.set_attr("log_tail", result.log_tail[-4000:])
-        for key in _TRIAL_METRIC_ATTRS:
+        for key in TRIAL_METRIC_ATTRS:
             value = result.metrics.get(key)
             if value is not None and value == value:  # not NaN
                 trial.set_attr(key, float(value))
         if result.launch is not None:
             trial.set_attr("engine", result.launch.engine)
+
+    @staticmethod
+    def keep_record(trial: TrialHandle, record: TrialRecord) -> None:
+        """Copy into the journal what a rebuilt Parquet row needs (run values, the restart it
+        counted, the launch): written before the row, which is written before ``tell``."""
+        if record.run_values:
+            trial.set_attr(ATTR_RUN_VALUES, [round(v, 6) for v in record.run_values])
+        if record.restart is not None and record.result.launch is not None:
+            trial.set_attr(ATTR_RESTART, record.restart)
+        launch = record.result.launch
+        if launch is not None:
+            trial.set_attr(ATTR_LAUNCH, {
+                "argv": list(launch.argv), "env": dict(launch.env),
+                "unset_env": list(launch.unset_env), "engine": launch.engine,
+                "log_path": launch.log_path,
+            })  # fmt: skip
 
     def enqueue(self, params: Mapping[str, Any], **attrs: Any) -> None:
         """Queue a configuration; parameters left out mean unset (NCCL) or off (flags)."""
@@ -442,9 +542,12 @@ class StudyHandle:
         """
         if trial.number in self.interrupted():
             return
-        params = dict(trial.params)
+        # A queued trial's whole configuration, as queued: a driver killed while the trial's
+        # parameters were being set leaves only some of them, and the sampler would fill the
+        # rest at random (a "baseline" retry that is not the baseline).
+        params = dict(trial.attrs.get(ATTR_QUEUED) or trial.params)
         attrs: dict[str, Any] = {ATTR_RETRY_OF: trial.number, ATTR_QUEUED: params}
-        for key in (ATTR_REASON, ATTR_REPEAT_OF):
+        for key in (ATTR_ROLE, ATTR_REASON, ATTR_REPEAT_OF):  # the retry is what it retries
             if key in trial.attrs:
                 attrs[key] = trial.attrs[key]
         self._study.enqueue_trial(params, user_attrs=attrs)
@@ -587,21 +690,12 @@ def _check_stored_choices(
 
 def check_resumable(cfg: ExperimentConfig, space: SearchSpace) -> None:
     """Before anything starts: refuse to resume a stored study of another experiment."""
-    url = cfg.storage_url
-    if not _storage_exists(url):  # opening it would create it (sqlite too): nothing stored
+    stored = _load_stored(cfg)
+    if stored is None:
         return
-    try:
-        stored = optuna.load_study(study_name=cfg.study.name, storage=_make_storage(url))
-    except KeyError:  # no study of that name in the storage yet
-        return
-    except SQLAlchemyError as exc:
-        from sqlalchemy.engine import make_url
-
-        shown = make_url(url).render_as_string(hide_password=True)
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"study.storage: cannot open {shown} ({first[:200]})") from None
-    _check_same_experiment(cfg, space, stored.user_attrs)
-    _check_stored_choices(cfg, space, stored.get_trials(deepcopy=False))
+    attrs, trials = stored
+    _check_same_experiment(cfg, space, attrs)
+    _check_stored_choices(cfg, space, trials)
 
 
 def check_grid(cfg: ExperimentConfig, space: SearchSpace) -> None:

@@ -115,7 +115,7 @@ TRIAL_METRICS: tuple[str, ...] = (
       for s in ("ratio", "ci95_low", "ci95_high", "p", "significant")),
     "incumbent_trial",
     # the correctness gate
-    "gate_compared", "gate_diverged_early",
+    "gate_compared", "gate_diverged_early", "gate_unchecked",
 )  # fmt: skip
 """Every metric a trial row may carry (float64; absent = null). A metric not declared here is
 still stored, with a warning, but readers that take one file's schema (``pq.read_table(dir)``,
@@ -189,6 +189,18 @@ def _read_folder(folder: str, schema: pa.Schema) -> pa.Table:
     )
     unified = factory.inspect(promote_options="permissive")  # looks at every file
     return factory.finish(unified).to_table()
+
+
+def _numbers(folder: str) -> set[int]:
+    """Trial numbers of the ``trial-NNNNNN.parquet`` files in ``folder``."""
+    if not os.path.isdir(folder):
+        return set()
+    out = set()
+    for name in os.listdir(folder):
+        stem = name.removeprefix("trial-").removesuffix(".parquet")
+        if name.startswith("trial-") and name.endswith(".parquet") and stem.isdigit():
+            out.add(int(stem))
+    return out
 
 
 def _float(value: Any) -> float | None:
@@ -387,8 +399,15 @@ class ParquetTrialStore(BaseTrialStore):
         self.requests_dir = os.path.join(root, "requests")
 
     def append_trial(self, record: TrialRecord | TrialResult) -> str:
+        """Write one trial's row (and its request rows).
+
+        Raises:
+            StoreError: the files cannot be written, or the trial's file already holds another
+                attempt's row (a measured row is never overwritten).
+        """
         result = record.result if isinstance(record, TrialRecord) else record
         name = f"trial-{result.trial:06d}.parquet"
+        self._refuse_overwrite(result, os.path.join(self.trials_dir, name))
         try:
             # Requests first: a trial row never points at request rows that do not exist.
             if result.requests:
@@ -398,6 +417,46 @@ class ParquetTrialStore(BaseTrialStore):
             raise StoreError(
                 f"cannot write trial {result.trial} under {self.root}: {exc}"
             ) from exc
+
+    def _refuse_overwrite(self, result: TrialResult, path: str) -> None:
+        """A trial's file is written once per attempt; rewriting the same attempt's row (same
+        trial, same start) is allowed, another attempt's never is."""
+        if not os.path.exists(path):
+            return
+        try:
+            old = pq.read_table(path, columns=["start_unix_s", "state", "run_values"]).to_pylist()
+        except (OSError, pa.ArrowException):
+            return  # unreadable: the study's start check sets such a file aside first
+        if old and old[0]["start_unix_s"] == float(result.start_unix_s):
+            return
+        what = "measured runs" if old and old[0]["run_values"] else "another attempt's row"
+        raise StoreError(
+            f"refusing to overwrite {path}: it holds {what} of trial {result.trial} "
+            f"({old[0]['state'] if old else 'empty'}); the journal and the trial files disagree "
+            "(restore the journal that goes with them, or move the study folder away)"
+        )
+
+    def file_numbers(self) -> set[int]:
+        """The trial numbers that have a trial file (read from the names, not the rows)."""
+        return _numbers(self.trials_dir)
+
+    def set_aside_damaged(self) -> list[str]:
+        """Move trial and request files no Parquet reader can open out of the readers' way
+        (renamed ``.damaged-<name>``, kept for inspection); one line for each."""
+        said = []
+        for folder in (self.trials_dir, self.requests_dir):
+            for number in sorted(_numbers(folder)):
+                path = os.path.join(folder, f"trial-{number:06d}.parquet")
+                try:
+                    pq.ParquetFile(path).close()
+                except (OSError, pa.ArrowException) as exc:
+                    aside = os.path.join(folder, f".damaged-trial-{number:06d}.parquet")
+                    os.replace(path, aside)
+                    said.append(
+                        f"store: {path} cannot be read ({type(exc).__name__}: "
+                        f"{str(exc)[:120]}); moved it to {aside}"
+                    )
+        return said
 
     def load_trials(self) -> pa.Table:
         try:

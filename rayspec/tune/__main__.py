@@ -109,7 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.experiment, args.overrides)
         from rayspec.tune._preflight import preflight
 
-        warnings = preflight(cfg, launching=not (args.dry_run or args.print_config))
+        launching = not (args.dry_run or args.print_config)
+        if launching:  # a second driver on this study: said before preflight's port checks
+            from rayspec.tune._lock import check_unlocked
+
+            check_unlocked(cfg.out_dir)
+        warnings = preflight(cfg, launching=launching)
     except ConfigError as exc:
         return _error(str(exc), 2)
     for line in warnings:
@@ -131,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         return _error(str(exc), 2)
     except RayspecError as exc:
         return _error(str(exc), 1)
+    except OSError as exc:  # a full disk, a folder gone: the study resumes once it is fixed
+        return _error(f"{exc}; fix that, then run the same command again to resume", 1)
 
 
 def _dry_run(cfg: ExperimentConfig) -> int:
@@ -160,6 +167,13 @@ def _more_hint(cfg: ExperimentConfig, idle: str) -> str:
 
 
 def _run(cfg: ExperimentConfig) -> int:
+    from rayspec.tune._lock import study_lock
+
+    with study_lock(cfg.out_dir, _say):  # one driver per study, for this driver's whole life
+        return _run_locked(cfg)
+
+
+def _run_locked(cfg: ExperimentConfig) -> int:
     from rayspec.tune._cluster import connect
     from rayspec.tune._cluster import disconnect
     from rayspec.tune._driver import idle_reason
@@ -176,7 +190,7 @@ def _run(cfg: ExperimentConfig) -> int:
         _say("engine: twin — a SIMULATED SGLang node (rayspec.twin); numbers are the model's")
     else:
         _say(f"engine: sglang — real servers ({cfg.server.model_path})")
-    idle = idle_reason(cfg)  # decided before Ray starts: a finished study costs no cluster
+    idle = idle_reason(cfg, _say)  # decided before Ray starts: a finished study costs no cluster
     if idle:
         _say(f"nothing left to run: {idle}; {_more_hint(cfg, idle)}")
         # The report too: its launch command and best.sh (written below) are both built from
@@ -210,6 +224,9 @@ def _run(cfg: ExperimentConfig) -> int:
         f"{report.reused} reused); this run added {outcome.ran} in {outcome.wall_s:.0f} s"
     )
     if report.best is None:
+        if report.pick_note:
+            _say(report.pick_note)
+            return 1
         _say(
             "no trial completed: see the failure reasons in the trials table and the logs in "
             f"{os.path.join(cfg.out_dir, 'logs')}"

@@ -32,6 +32,7 @@ from rayspec._types import RequestRecord
 
 __all__ = [
     "ALARM_RATIO",
+    "GATE_UNCHECKED",
     "Verdict",
     "acceptance_alarm",
     "judge",
@@ -40,6 +41,9 @@ __all__ = [
 
 # A trial's accept length below this fraction of what its drafter gave is flagged.
 ALARM_RATIO = 0.7
+# The trial metric set to 1 when the gate was on but compared none of the trial's outputs (no
+# baseline reference): such a trial is never picked.
+GATE_UNCHECKED = "gate_unchecked"
 
 PromptKey = Callable[[str, int, int], str]  # (scenario, run, index) -> the request's identity
 
@@ -210,6 +214,14 @@ class OutputGate:
             "is not deterministic enough for the correctness gate, which is off for this study"
         )
         return self.off_reason
+
+    def unchecked_reason(self) -> str:
+        """Why an enabled gate compared nothing (for the trial's row and the progress line)."""
+        if self.reference_trial is None:
+            return "no baseline reference: the baseline has not been measured"
+        if not self.reference:
+            return f"no baseline reference: trial {self.reference_trial}'s outputs are not stored"
+        return "none of its outputs matches a prompt of the baseline's"
 
     def judge(self, records: Iterable[RequestRecord]) -> Verdict | None:
         if not self.enabled or self.reference_trial is None:

@@ -53,10 +53,13 @@ from rayspec.search import canonical_key
 from rayspec.search import open_study
 from rayspec.search import wants_more_runs
 from rayspec.search import weigh
+from rayspec.search._space import ATTR_QUEUED
 from rayspec.search._structured import NCCL_FAILURES
 from rayspec.search._study import ROLE_BASELINE_AGAIN
 from rayspec.store import ParquetTrialStore
 from rayspec.store import request_record
+from rayspec.tune._agree import prepare_folder
+from rayspec.tune._checks import GATE_UNCHECKED
 from rayspec.tune._checks import Chain
 from rayspec.tune._checks import OutputGate
 from rayspec.tune._checks import acceptance_alarm
@@ -65,6 +68,7 @@ from rayspec.tune._decide import Measured
 from rayspec.tune._decide import cannot_beat
 from rayspec.tune._decide import comparison_metrics
 from rayspec.tune._held import HeldTrials
+from rayspec.tune._lock import study_lock
 from rayspec.tune._metrics import StudyMetrics
 from rayspec.tune._metrics import record_exporter
 from rayspec.tune._progress import PickView
@@ -234,34 +238,31 @@ def _recover(handle: StudyHandle, store: ParquetTrialStore, printer: Printer) ->
             printer(f"recovered trial {t.number} from its Parquet row ({state.value})")
             continue
         if row is None:
+            # Its configuration as queued (a kill while it was being sampled leaves some
+            # parameters only): a row's parameters are always a whole configuration, or none.
+            params = dict(t.attrs.get(ATTR_QUEUED) or t.params)
+            try:
+                handle.space.candidate(params) if params else None
+            except ConfigError:
+                params = {}
             result = failed_result(
                 t.number,
-                _candidate_of(handle, t.params),
+                _candidate_of(handle, params),
                 FailureReason.INTERRUPTED,
                 "the driver stopped while this trial ran; its configuration was queued again",
                 start=t.start_unix_s,
             )
-            store.append_trial(TrialRecord(result, params=t.params))
+            repeat = t.attrs.get("repeat_of")
+            store.append_trial(TrialRecord(
+                result, params=params, candidate_key=str(t.attrs.get("candidate_key", "")),
+                role=str(t.attrs.get("role", "")), reason=str(t.attrs.get("reason", "")),
+                repeat_of=int(repeat) if repeat is not None else None,
+            ))  # fmt: skip
             stored[t.number] = result
         handle.requeue(t)
         handle.fail(t.number)
         printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")
-    # A finished trial without a row (only a driver of an older order could leave one).
-    retried = handle.interrupted()
-    for t in handle.trials():
-        if t.number in stored or t.optuna_state in ("RUNNING", "WAITING"):
-            continue
-        reason = interrupted if t.number in retried else t.attrs.get("failure_reason")
-        state = t.state
-        result = TrialResult(
-            trial=t.number, state=state, value=t.value if state is TrialState.COMPLETE else None,
-            candidate=_candidate_of(handle, t.params), launch=None, metrics={}, requests=(),
-            start_unix_s=t.start_unix_s or time.time(), end_unix_s=t.end_unix_s or time.time(),
-            failure=None if state is TrialState.COMPLETE else (reason or "unknown"),
-            failure_detail="rebuilt from the Optuna storage (no Parquet row was written)",
-        )  # fmt: skip
-        store.append_trial(TrialRecord(result, params=t.params))
-        printer(f"trial {t.number}: Parquet row rebuilt from the Optuna storage")
+    # A finished trial without a row was rebuilt before the study was opened (_agree.py).
 
 
 def _load_ledger(cfg: ExperimentConfig, records: Sequence[TrialRecord],
@@ -270,7 +271,9 @@ def _load_ledger(cfg: ExperimentConfig, records: Sequence[TrialRecord],
     for r in records:
         if r.result.state is TrialState.COMPLETE and r.run_values and not r.reused:
             ledger.add(Measured(r.trial, r.candidate, r.run_values))
-    ledger.baseline = next((n for n, r in roles.items() if r == "baseline"), None)
+    # The baseline measured last (an interrupted baseline's retry holds the role too).
+    measured = [n for n, r in roles.items() if r == "baseline" and ledger.get(n) is not None]
+    ledger.baseline = max(measured, default=None)
     return ledger
 
 
@@ -344,23 +347,30 @@ class _Room:
         return True
 
 
-def idle_reason(cfg: ExperimentConfig) -> str:
+def idle_reason(cfg: ExperimentConfig, printer: Printer = print) -> str:
     """Why a stored study has nothing left to run ("" when it has, or when it is new).
 
     Read from the study folder alone (Optuna storage and Parquet), so the CLI can say so
     without starting Ray. A study with a trial left running by a killed driver is never idle
-    here: recovering it is the full run's job.
+    here: recovering it is the full run's job. Takes the study lock and checks the folder
+    first (:func:`~rayspec.tune._agree.prepare_folder`), as :func:`run_study` does.
+
+    Raises:
+        ConfigError: another driver holds the study, or its journal and trial files disagree.
     """
-    url = cfg.storage_url
-    if "://" not in url and not os.path.exists(url):
-        return ""
-    if not os.path.isdir(os.path.join(cfg.out_dir, "trials")):
-        return ""
-    handle = open_study(cfg, SearchSpace.from_config(cfg.search))
-    if handle.running():
-        return ""
-    records = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(handle.space))
-    return _Budget(cfg, records, len(handle.finished())).why_not(0)
+    with study_lock(cfg.out_dir, printer):
+        store = ParquetTrialStore(cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]])
+        prepare_folder(cfg, store, printer)
+        url = cfg.storage_url
+        if "://" not in url and not os.path.exists(url):
+            return ""
+        if not os.path.isdir(os.path.join(cfg.out_dir, "trials")):
+            return ""
+        handle = open_study(cfg, SearchSpace.from_config(cfg.search))
+        if handle.running():
+            return ""
+        records = store.load_records(candidate_reader(handle.space))
+        return _Budget(cfg, records, len(handle.finished())).why_not(0)
 
 
 def run_study(
@@ -390,9 +400,28 @@ def run_study(
         progress: shows phases, runs and the pick (default: plain lines through ``printer``;
             the CLI passes a live display on a terminal).
     """
+    with study_lock(cfg.out_dir, printer):
+        return _run_study(
+            cfg, printer=printer, slots=slots, trial_fn=trial_fn, screen=screen,
+            write_report=write_report, progress=progress,
+        )  # fmt: skip
+
+
+def _run_study(
+    cfg: ExperimentConfig,
+    *,
+    printer: Printer,
+    slots: int | Callable[[], int],
+    trial_fn: Callable[..., TrialResult],
+    screen: BaseNcclScreen | None,
+    write_report: bool,
+    progress: PlainProgress | None,
+) -> StudyOutcome:
+    """:func:`run_study` with the study lock held."""
     t0 = time.monotonic()
     space = SearchSpace.from_config(cfg.search)
     store = ParquetTrialStore(cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]])
+    prepare_folder(cfg, store, printer)  # before the study is opened (which may write to it)
     handle = open_study(cfg, space)
     save_space(cfg.out_dir, space)  # the report reads the stored parameters through it
     _recover(handle, store, printer)
@@ -428,7 +457,7 @@ def run_study(
         )  # fmt: skip
     observations: list[Observation] = observations_from_records(records, roles)
     kept = list(records)  # every row, this invocation's appended as they are written
-    gate = _make_gate(cfg, store, roles)
+    gate = _make_gate(cfg, store, roles, records, printer)
     sink = progress if progress is not None else PlainProgress(printer)
     show = _Progress(budget.max_restarts, budget.restarts, sink)
     equivalent = strategy.equivalent if strategy is not None else None
@@ -506,6 +535,7 @@ def run_study(
         if result.costs_restart:  # a launch lost with its node is not: its retry counts
             budget.restarts += 1
         stored = _record(trial, result, runs, budget.restarts, alarm)
+        handle.keep_record(trial, stored)  # the journal first, then the row, then tell
         store.append_trial(stored)
         handle.tell(trial, result)
         study_metrics.trial_done(result, budget.restarts)
@@ -644,12 +674,14 @@ def run_study(
                             "server.port) and run the same command again"
                         )
                         printer(f"trial {trial.number}: {result.failure_detail}")
-                    if result.failure == FailureReason.NODE_LOST.value:
+                    if result.failure in (FailureReason.NODE_LOST, FailureReason.ACTOR_LOST):
                         # Queued before the row is written: a driver killed in between leaves
                         # a RUNNING trial whose retry exists (recovery does not queue another).
                         again = handle.retry_elsewhere(trial)
+                        what = ("its node died" if result.failure == FailureReason.NODE_LOST
+                                else "its server actor's worker died")  # fmt: skip
                         printer(
-                            f"trial {trial.number}: its node died ({result.node}); "
+                            f"trial {trial.number}: {what} ({result.node}); "
                             + ("queued again for another node" if again
                                else "not queued again (it was the retry of a lost trial)")
                         )  # fmt: skip
@@ -702,7 +734,11 @@ def _write_report(cfg: ExperimentConfig, printer: Printer) -> None:
 
 
 def _make_gate(
-    cfg: ExperimentConfig, store: ParquetTrialStore, roles: dict[int, str]
+    cfg: ExperimentConfig,
+    store: ParquetTrialStore,
+    roles: dict[int, str],
+    records: Sequence[TrialRecord],
+    printer: Printer,
 ) -> OutputGate:
     """The correctness gate, with the baseline's outputs when a resumed study has them."""
     scenarios = {sc.name: sc for sc in bench_plan(cfg).scenarios}
@@ -713,13 +749,22 @@ def _make_gate(
         return prompt_key(ask.prompt, ask.max_tokens)
 
     gate = OutputGate(key_of, gate_tokens=cfg.bench.gate_tokens, enabled=cfg.bench.check_outputs)
-    baseline = next((n for n, r in roles.items() if r == "baseline"), None)
+    measured = {
+        r.trial for r in records
+        if r.result.state is TrialState.COMPLETE and r.run_values and not r.reused
+    }  # fmt: skip
+    # The latest measured baseline start (an interrupted one's retry holds the baseline role).
+    baseline = max((n for n, r in roles.items() if r == "baseline" and n in measured),
+                   default=None)  # fmt: skip
     if gate.enabled and baseline is not None:
         table = store.load_requests()
-        if table.num_rows:
-            rows = [r for r in table.to_pylist() if int(r["trial"]) == baseline]
-            records = [request_record(r) for r in rows if r["scenario"] in scenarios]
-            gate.set_reference(baseline, records)
+        rows = [r for r in table.to_pylist() if int(r["trial"]) == baseline]
+        ok = [request_record(r) for r in rows if r["scenario"] in scenarios]
+        gate.set_reference(baseline, ok)
+        if not gate.reference:
+            printer(f"correctness gate: the baseline's (trial {baseline}) outputs are not in "
+                    f"{store.requests_dir}: later trials cannot be compared and will not be "
+                    "picked; restore that file or start a new study")  # fmt: skip
     return gate
 
 
@@ -740,7 +785,18 @@ def _check_output(
         return result
     verdict = gate.judge(result.requests)
     if verdict is None:
-        return result
+        if not gate.enabled:  # bench.check_outputs=false, or turned off (said when it was)
+            return result
+        # On, with nothing to compare against: said in the row and the progress, and never
+        # picked (build_report), rather than passing as if checked.
+        why = gate.unchecked_reason()
+        printer(f"correctness gate: trial {result.trial}'s outputs were not compared ({why}); "
+                "it will not be picked")  # fmt: skip
+        return dataclasses.replace(
+            result,
+            metrics=dict(result.metrics) | {GATE_UNCHECKED: 1.0},
+            failure_detail=f"outputs not compared by the correctness gate: {why}",
+        )
     metrics = dict(result.metrics)
     metrics["gate_compared"] = float(verdict.compared)
     metrics["gate_diverged_early"] = float(verdict.diverged_early)

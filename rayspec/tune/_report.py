@@ -37,6 +37,7 @@ from rayspec.search import pick
 from rayspec.search import prob_better
 from rayspec.search import weigh
 from rayspec.server import build_launch
+from rayspec.tune._checks import GATE_UNCHECKED
 from rayspec.tune._decide import cost_key
 
 __all__ = [
@@ -250,7 +251,15 @@ def build_report(
                 evidence.points[k].estimate, base))
             for k, r in rows.items()
         }  # fmt: skip
-    complete = {k: p for k, p in evidence.points.items() if p.complete}
+    # A configuration the correctness gate was on for but never compared is not deployable.
+    unchecked = {
+        k for k, p in evidence.points.items()
+        if any(_f(by_trial[t].result.metrics.get(GATE_UNCHECKED)) == 1.0 for t in p.trials)
+        and not any(math.isfinite(_f(by_trial[t].result.metrics.get("gate_compared")))
+                    for t in p.trials)
+        and k != baseline_key
+    }  # fmt: skip
+    complete = {k: p for k, p in evidence.points.items() if p.complete and k not in unchecked}
     cost = {k: cost_key(p.candidate) for k, p in complete.items()}
     choice = pick(complete, cheaper_margin=margin, cost=cost)
     ranked = sorted(rows.values(), key=lambda r: (-r.tok_s_mean, r.trial))
@@ -276,7 +285,7 @@ def build_report(
         baseline=rows.get(baseline_key) if baseline_key else None,
         best=rows[choice.point.key] if choice else None,
         fastest=rows[choice.best.key] if choice else None,
-        pick_note=choice.note if choice else "",
+        pick_note=choice.note if choice else _unchecked_note(unchecked, rows),
         failed=len(failures),
         pruned=states.count(TrialState.PRUNED),
         total=len(records),
@@ -285,6 +294,18 @@ def build_report(
         best_per_scenario=tuple(per_scenario),
         bench_s_saved=0.0 if math.isnan(saved) else saved,
         failures=failures,
+    )
+
+
+def _unchecked_note(unchecked: set[str], rows: Mapping[str, Row]) -> str:
+    """Why nothing was picked when only unchecked configurations were measured."""
+    if not unchecked:
+        return ""
+    trials = sorted(t for k in unchecked for t in rows[k].trials)
+    return (
+        f"no pick: the correctness gate compared none of the outputs of trials "
+        f"{', '.join(map(str, trials))} (no baseline reference), and an unchecked configuration "
+        "is never picked; restore the baseline's request file or start a new study"
     )
 
 

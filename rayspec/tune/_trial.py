@@ -333,6 +333,10 @@ def run_trial(
                 reason = FailureReason.NODE_LOST if lost else _death_reason(server)
                 if lost:
                     text = _lost_detail(node_ip, "while it was measured") + f"; {text}"
+                elif _actor_gone(server) and not LIVE_ACTORS.stopping:
+                    reason = FailureReason.ACTOR_LOST
+                    text = ("the Ray worker process of the trial's server actor died while its "
+                            f"node lives (killed, or out of host memory?); {text}")  # fmt: skip
             return failed_result(
                 number, candidate, reason, f"a request failed: {text}"[:2000], launch=launch,
                 start=start, log_tail=_log_tail(server, launch),
@@ -367,6 +371,16 @@ def run_trial(
                 number, candidate, FailureReason.NODE_LOST,
                 _lost_detail(lost_on, "mid-trial"), launch=launch, start=start,
                 log_tail=_log_tail(server, launch), node=lost_on,
+            )  # fmt: skip
+        # The server's actor itself gone (its worker killed) while the node lives; a
+        # benchmark request then fails too, so what reached here may be either's error.
+        actor_gone = isinstance(exc, ray.exceptions.RayActorError) or _actor_gone(server)
+        if actor_gone and not LIVE_ACTORS.stopping:
+            return failed_result(
+                number, candidate, FailureReason.ACTOR_LOST,
+                "the Ray worker process of the trial's server actor died while its node lives "
+                f"(killed, or out of host memory?): {_message(exc)}"[:2000], launch=launch,
+                start=start, log_tail=_log_tail(server, launch), node=node_ip,
             )  # fmt: skip
         return failed_result(
             number, candidate, FailureReason.UNKNOWN, _message(exc)[:2000],
@@ -555,6 +569,19 @@ def _death_reason(server: Any) -> FailureReason:
     except (ray.exceptions.RayError, TimeoutError):
         pass
     return FailureReason.CRASH_MID_BENCHMARK
+
+
+def _actor_gone(server: Any) -> bool:
+    """Whether the server's actor no longer answers because it died (not merely its server)."""
+    if server is None:
+        return False
+    try:
+        ray.get(server.alive.remote(), timeout=10)
+    except ray.exceptions.RayActorError:
+        return True
+    except (ray.exceptions.RayError, TimeoutError):
+        pass
+    return False
 
 
 def _alive(server: Any) -> bool:

@@ -116,6 +116,28 @@ def processes_with(*needles: str) -> dict[int, str]:
     return found
 
 
+def descendants(root: int | None = None) -> set[int]:
+    """Live processes under ``root`` (default: this one), e.g. the workers of the test
+    session's own Ray cluster: the only ones a test may kill on a shared machine."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        parent[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    mine, grew = {root or os.getpid()}, True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in mine} - mine
+        grew = bool(more)
+        mine |= more
+    mine.discard(root or os.getpid())
+    return mine
+
+
 def wait_no_processes(*needles: str, timeout_s: float = 15.0) -> dict[int, str]:
     """Poll /proc until nothing matches ``needles`` (bounded); the survivors, if any."""
     end = time.monotonic() + timeout_s
