@@ -358,6 +358,8 @@ def idle_reason(cfg: ExperimentConfig, printer: Printer = print) -> str:
     Raises:
         ConfigError: another driver holds the study, or its journal and trial files disagree.
     """
+    if not os.path.isdir(cfg.out_dir):  # a new study: nothing to read, and nothing written
+        return ""
     with study_lock(cfg.out_dir, printer):
         store = ParquetTrialStore(cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]])
         prepare_folder(cfg, store, printer)
