@@ -71,6 +71,26 @@ else:
         def _split_scope(self, nodeid: str) -> str:
             return _work_unit(nodeid)
 
+    # The real-SGLang conftest prints what each real server did from its worker's RUNS; under
+    # xdist the workers hand their lines to the controller, which prints them.
+    _REAL_LINES = "real_sglang_lines"
+    _real_lines_of_workers: list[str] = []
+
+    def pytest_sessionfinish(session: pytest.Session) -> None:
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            from tests.real_sglang._runs import RUNS
+            from tests.real_sglang._runs import summary
+
+            workeroutput[_REAL_LINES] = [summary(run) for run in RUNS]
+
+    def pytest_testnodedown(node: Any, error: object) -> None:
+        _real_lines_of_workers.extend(getattr(node, "workeroutput", {}).get(_REAL_LINES, []))
+
+    def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+        for line in _real_lines_of_workers:
+            terminalreporter.write_line(f"real SGLang {line}")
+
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> FileScheduling:
         return FileScheduling(config, log)
 
