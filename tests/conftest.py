@@ -1,7 +1,9 @@
-"""Shared fixtures: one small local Ray cluster for the whole run (each start costs ~4 s)."""
+"""Shared fixtures: one small local Ray cluster per test process (each start costs ~4 s), and
+how the run is spread over xdist workers (pyproject's addopts: ``-n auto``)."""
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import tempfile
@@ -18,8 +20,83 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from collections.abc import Iterator  # noqa: E402
+from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
+
+# Each xdist worker starts its own private Ray cluster and twins: past a few workers that costs
+# more memory and start-up than it saves.
+MAX_WORKERS = 4
+# The real-SGLang tests share session fixtures (the tiny models; each real server start serves
+# several tests): one worker runs the whole folder while the others run the rest beside it.
+REAL_SGLANG = "tests/real_sglang/"
+
+
+def _work_unit(nodeid: str) -> str:
+    """A test file, or the real-SGLang folder: module and folder fixtures are built once."""
+    path = nodeid.split("::", 1)[0]
+    return REAL_SGLANG if path.startswith(REAL_SGLANG) else path
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, the work units in the order they are handed out: the real-SGLang folder
+    (the longest), then files by their number of tests, fewest first (the end-to-end studies
+    are files of a few long tests), so short tests fill the end. A stable sort: each file keeps
+    its order. A run in one process (``-n 0``) keeps pytest's order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    sizes = collections.Counter(_work_unit(item.nodeid) for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int, str]:
+        unit = _work_unit(item.nodeid)
+        return (unit != REAL_SGLANG, sizes[unit], unit)
+
+    items.sort(key=rank)
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pragma: no cover - xdist is in the test extra; `-p no:xdist` still runs
+    pass
+else:
+
+    class FileScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """xdist's ``loadfile`` with the real-SGLang folder as one unit, handed out in the
+        order of the collection (see ``pytest_collection_modifyitems``)."""
+
+        def __init__(self, config: pytest.Config, log: Any = None) -> None:
+            super().__init__(config, log)
+            config.option.loadscopereorder = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    # The real-SGLang conftest prints what each real server did from its worker's RUNS; under
+    # xdist the workers hand their lines to the controller, which prints them.
+    _REAL_LINES = "real_sglang_lines"
+    _real_lines_of_workers: list[str] = []
+
+    def pytest_sessionfinish(session: pytest.Session) -> None:
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            from tests.real_sglang._runs import RUNS
+            from tests.real_sglang._runs import summary
+
+            workeroutput[_REAL_LINES] = [summary(run) for run in RUNS]
+
+    def pytest_testnodedown(node: Any, error: object) -> None:
+        _real_lines_of_workers.extend(getattr(node, "workeroutput", {}).get(_REAL_LINES, []))
+
+    def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+        for line in _real_lines_of_workers:
+            terminalreporter.write_line(f"real SGLang {line}")
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> FileScheduling:
+        return FileScheduling(config, log)
+
+    def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+        """``-n auto``: one worker per CPU this process may use, at most ``MAX_WORKERS``."""
+        return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
 def start_local_ray() -> None:

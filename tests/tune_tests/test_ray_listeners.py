@@ -151,6 +151,19 @@ def _outward_address() -> str | None:
     return None if ipaddress.ip_address(addr).is_loopback else addr
 
 
+def _held_elsewhere(host: str, port: int, ours: list[Listener]) -> bool:
+    """Whether a process outside the cluster's tree listens on ``host:port`` (or on all
+    interfaces at that port): another Ray cluster on this machine (a second test worker's, or
+    another user's) may hold its default ports, such as the dashboard agent's 52365, on the
+    outward address, and its answer is not the private cluster's."""
+    wildcard = {"0.0.0.0", "::"}
+    held = {(x.host, x.port) for x in ours}
+    return any(
+        p == port and (h == host or h in wildcard) and (h, p) not in held
+        for h, p in _listening_inodes().values()
+    )
+
+
 def _refused(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=2):
@@ -181,7 +194,9 @@ def test_private_cluster_listens_on_loopback_only(tmp_path) -> None:
         answering = [
             f"{outward}:{x.port}"
             for x in found
-            if outward is not None and not _refused(outward, x.port)
+            if outward is not None
+            and not _refused(outward, x.port)
+            and not _held_elsewhere(outward, x.port, found)
         ]
     finally:
         if child.stdin is not None:
