@@ -58,6 +58,20 @@ def sglang_env_dir(version: str = PINNED) -> Path:
     return Path(cache) / f"sglang-{version}-cpu-serve"
 
 
+def sglang_python_or_skip() -> Path:
+    """The cached SGLang env's Python, or a pytest skip that says how to build the env."""
+    import pytest
+
+    env = sglang_env_dir()
+    python = env / "bin" / "python"
+    if not (env / MARKER).is_file() or not python.exists():
+        pytest.skip(
+            f"no cached SGLang {PINNED} env at {env} (RAYSPEC_CACHE picks the folder): "
+            "build it once with `bash .ci/sglang-env` (about 5 minutes, 7 GB)"
+        )
+    return python
+
+
 @dataclasses.dataclass(frozen=True)
 class FakeModels:
     target: Path

@@ -13,27 +13,18 @@ from typing import Any
 
 import pytest
 
-from tests.contract_tests._sglang import MARKER
-from tests.contract_tests._sglang import PINNED
 from tests.contract_tests._sglang import FakeModels
 from tests.contract_tests._sglang import ProbeCase
 from tests.contract_tests._sglang import ProbeRunner
 from tests.contract_tests._sglang import run_probe as _run_probe
-from tests.contract_tests._sglang import sglang_env_dir
+from tests.contract_tests._sglang import sglang_python_or_skip
 from tests.contract_tests._sglang import write_fake_models
 
 
 @pytest.fixture(scope="session")
 def sglang_python() -> Path:
     """The cached SGLang env's Python, or a skip that says how to build the env."""
-    env = sglang_env_dir()
-    python = env / "bin" / "python"
-    if not (env / MARKER).is_file() or not python.exists():
-        pytest.skip(
-            f"no cached SGLang {PINNED} env at {env} (RAYSPEC_CACHE picks the folder): "
-            "build it once with `bash .ci/sglang-env` (a few minutes, 6 GB)"
-        )
-    return python
+    return sglang_python_or_skip()
 
 
 @pytest.fixture(autouse=True)

@@ -27,15 +27,16 @@ SITE = Path(__file__).with_name("_site")
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 20.0
 # The CPU path, small models and quiet idling (sglang-cpu notes in docs/real-sglang-cpu.md).
-CPU_FLAGS = (
+# What a rayspec study passes in server.extra_flags (rayspec adds --enable-metrics itself).
+CPU_SERVER_FLAGS = (
     "--device",
     "cpu",
     "--disable-overlap-schedule",
     "--max-total-tokens",
     "4096",
     "--sleep-on-idle",
-    "--enable-metrics",
 )
+CPU_FLAGS = (*CPU_SERVER_FLAGS, "--enable-metrics")
 
 
 def scaffold_env(fake_amx: bool = True, site_log: Path | None = None) -> dict[str, str]:

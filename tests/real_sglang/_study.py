@@ -29,18 +29,12 @@ import yaml
 from rayspec.server import _reaper
 from rayspec.server._process import pids_alive
 from rayspec.server._process import process_tree
+from tests.real_sglang._server import CPU_SERVER_FLAGS
 
 REPO = Path(__file__).resolve().parents[2]
 # The CPU path (docs/real-sglang-cpu.md): no CUDA device, no overlap scheduler on CPU, a small KV
 # pool for the tiny models, and a scheduler that sleeps when idle instead of spinning a core.
-CPU_FLAGS = [
-    "--device",
-    "cpu",
-    "--disable-overlap-schedule",
-    "--max-total-tokens",
-    "4096",
-    "--sleep-on-idle",
-]
+CPU_FLAGS = list(CPU_SERVER_FLAGS)
 READY_LINE = "The server is fired up and ready to roll!"
 FLUSH_LINE = "Cache flushed successfully!"
 POLL_S = 0.2

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.contract_tests._sglang import MARKER
-from tests.contract_tests._sglang import PINNED
-from tests.contract_tests._sglang import sglang_env_dir
+from tests.contract_tests._sglang import sglang_python_or_skip
 from tests.real_sglang._models import TinyModels
 from tests.real_sglang._models import tiny_models as _tiny_models
 from tests.real_sglang._runs import CHAIN
@@ -41,14 +39,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(scope="session")
 def sglang_python() -> Path:
     """The cached SGLang env's Python, or a skip that says how to build the env."""
-    env = sglang_env_dir()
-    python = env / "bin" / "python"
-    if not (env / MARKER).is_file() or not python.exists():
-        pytest.skip(
-            f"no cached SGLang {PINNED} env at {env} (RAYSPEC_CACHE picks the folder): "
-            "build it once with `bash .ci/sglang-env` (a few minutes, 7 GB)"
-        )
-    return python
+    return sglang_python_or_skip()
 
 
 @pytest.fixture(autouse=True)
