@@ -347,6 +347,25 @@ class _Room:
         return True
 
 
+def _halts_study(cfg: ExperimentConfig, number: int, result: TrialResult) -> str:
+    """Why a trial's failure stops the study from starting trials ("" when it does not): a
+    resource held outside the study, which no other configuration would get past."""
+    if result.failure == FailureReason.NO_PLACEMENT.value:
+        return (
+            f"no room on the cluster: trial {number} was not placed within "
+            f"cluster.placement_timeout_s ({cfg.cluster.placement_timeout_s:g} s; "
+            "its configuration is queued again for a resume)"
+        )
+    if result.failure == FailureReason.PORT_IN_USE.value:
+        return (
+            f"trial {number}'s port was held by another process "
+            f"({result.failure_detail[:200]}); no server started and its "
+            "configuration is queued again: free the port (or choose another "
+            "server.port) and run the same command again"
+        )
+    return ""
+
+
 def idle_reason(cfg: ExperimentConfig, printer: Printer = print) -> str:
     """Why a stored study has nothing left to run ("" when it has, or when it is new).
 
@@ -653,28 +672,13 @@ def _run_study(
                     trial, slot = pending.pop(future)
                     room.give_back(slot)
                     result = future.result()
-                    if result.failure == FailureReason.NO_PLACEMENT.value:
-                        # The room counted is held outside the study: every trial would wait
-                        # as long again. Stop starting trials; a resume runs this one first.
+                    held_outside = _halts_study(cfg, trial.number, result)
+                    if held_outside:
+                        # Held outside the study (GPUs, a port): every later trial would meet
+                        # it too. Stop starting trials; a resume runs this one first.
                         handle.requeue(trial)
                         halted = True
-                        stopped = (
-                            f"no room on the cluster: trial {trial.number} was not placed within "
-                            f"cluster.placement_timeout_s ({cfg.cluster.placement_timeout_s:g} s; "
-                            "its configuration is queued again for a resume)"
-                        )
-                        printer(f"trial {trial.number}: {result.failure_detail}")
-                    if result.failure == FailureReason.PORT_IN_USE.value:
-                        # Held by a process outside the study: not the configuration's fault,
-                        # and every later trial on that port would meet it too.
-                        handle.requeue(trial)
-                        halted = True
-                        stopped = (
-                            f"trial {trial.number}'s port was held by another process "
-                            f"({result.failure_detail[:200]}); no server started and its "
-                            "configuration is queued again: free the port (or choose another "
-                            "server.port) and run the same command again"
-                        )
+                        stopped = held_outside
                         printer(f"trial {trial.number}: {result.failure_detail}")
                     if result.failure in (FailureReason.NODE_LOST, FailureReason.ACTOR_LOST):
                         # Queued before the row is written: a driver killed in between leaves
