@@ -207,6 +207,18 @@ _MODES = st.sampled_from(["", "", "--dry-run", "--print-config"])
 _KEYED = st.sampled_from(KEYS).flatmap(lambda kv: st.tuples(st.just(kv[0]), value_for(kv[1])))
 
 
+def _keyed_case(
+    boundary: dict[str, int], engine: str, in_file: list[Any], overrides: list[Any], mode: str
+) -> None:
+    """One case: the generated keys set in the file and as overrides, then the contract."""
+    COUNTS["cases"] += 1
+    doc = _doc("runs", engine)  # relative: inside the folder whose files are compared
+    for key, value in in_file:
+        _put(doc, key, value)
+    tail = [override_text(k, v) for k, v in overrides]
+    check_contract(tail, doc, mode=mode, boundary=boundary)
+
+
 @seeded
 @FUZZ
 @given(
@@ -218,12 +230,7 @@ _KEYED = st.sampled_from(KEYS).flatmap(lambda kv: st.tuples(st.just(kv[0]), valu
 def test_generated_experiments_keep_the_contract(
     boundary, engine, in_file, overrides, mode
 ) -> None:
-    COUNTS["cases"] += 1
-    doc = _doc("runs", engine)  # relative: inside the folder whose files are compared
-    for key, value in in_file:
-        _put(doc, key, value)
-    tail = [override_text(k, v) for k, v in overrides]
-    check_contract(tail, doc, mode=mode, boundary=boundary)
+    _keyed_case(boundary, engine, in_file, overrides, mode)
 
 
 _PLAUSIBLE = st.sampled_from(KEYS).flatmap(lambda kv: st.tuples(st.just(kv[0]), plausible(kv[1])))
@@ -241,12 +248,7 @@ def test_plausible_experiments_keep_the_contract(
     boundary, engine, in_file, overrides, mode
 ) -> None:
     """Values a user might mean: many configurations are valid, and pass preflight."""
-    COUNTS["cases"] += 1
-    doc = _doc("runs", engine)  # relative: inside the folder whose files are compared
-    for key, value in in_file:
-        _put(doc, key, value)
-    tail = [override_text(k, v) for k, v in overrides]
-    check_contract(tail, doc, mode=mode, boundary=boundary)
+    _keyed_case(boundary, engine, in_file, overrides, mode)
 
 
 @seeded
