@@ -562,6 +562,9 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
         raise ConfigError(f"{where}: {str(exc).splitlines()[0] if str(exc) else exc!r}") from None
     if not isinstance(cfg, ExperimentConfig):  # to_object of this schema always is
         raise ConfigError(f"{path}: not an experiment (expected study, server, ... sections)")
+    # Types first: normalising reads the values as their declared types (a list inside
+    # search.speculative.modes was a TypeError traceback there).
+    _check_types(cfg)
     _normalise(cfg)
     validate(cfg)
     return cfg
@@ -668,6 +671,12 @@ def _short(value: str) -> str:
     return text if len(text) <= 60 else f"{text[:57]}...'"
 
 
+def _check_types(cfg: ExperimentConfig) -> None:
+    wrong = _type_error(cfg, ExperimentConfig, "")
+    if wrong:
+        raise ConfigError(wrong)
+
+
 def _validate_values(cfg: ExperimentConfig) -> None:
     """Every value has its declared type, no string carries a control character, and every
     number is finite and fits 64 bits.
@@ -676,9 +685,7 @@ def _validate_values(cfg: ExperimentConfig) -> None:
     a progress line; a line break there ends a comment of ``best.sh`` (the next line would
     run). A NaN passes every ``x <= 0`` check (a NaN timeout never times out).
     """
-    wrong = _type_error(cfg, ExperimentConfig, "")
-    if wrong:
-        raise ConfigError(wrong)
+    _check_types(cfg)
     for key, value in _leaves(cfg, ""):
         if isinstance(value, str):
             bad = unsafe_char(value)

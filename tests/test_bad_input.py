@@ -119,6 +119,13 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
         "never read by SGLang",
     ),
     ("spec-mode", {}, ["search.speculative.modes=[off,MEDUSA]"], "'MEDUSA' is not one of"),
+    # Found by the fuzz suite: a list inside the modes reached the normalising step untyped.
+    (
+        "spec-mode-nested-list",
+        {"search": {"speculative": {"modes": ["off", ["EAGLE3"]]}}},
+        [],
+        "search.speculative.modes[1]: expected str, got list",
+    ),
     ("steps-zero", {}, ["search.speculative.num_steps=[0,2]"], "0 must be at least 1"),
     (
         "enqueue-value",
