@@ -17,8 +17,7 @@ from rayspec._types import RequestRecord
 from rayspec._types import SpecSettings
 from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
-
-__version__ = "0.1.0"
+from rayspec._version import __version__
 
 __all__ = [
     "BenchError",

@@ -615,7 +615,7 @@ def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
 def study_description(cfg: ExperimentConfig) -> dict[str, Any]:
     """What optuna-dashboard shows for the study: the experiment, engine, versions, profile and
     budget (set on every open, so a resumed study shows its latest budget)."""
-    from rayspec import __version__
+    from rayspec._version import __version__
 
     srv = cfg.server
     twin = srv.engine is Engine.twin

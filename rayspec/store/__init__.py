@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rayspec.store._base import BaseTrialStore
+from rayspec.store._folder import StudyFolder
 from rayspec.store._parquet import REQUEST_SCHEMA
 from rayspec.store._parquet import TRIAL_METRICS
 from rayspec.store._parquet import TRIAL_SCHEMA
@@ -15,6 +16,7 @@ __all__ = [
     "BaseTrialStore",
     "ParquetTrialStore",
     "REQUEST_SCHEMA",
+    "StudyFolder",
     "TRIAL_METRICS",
     "TRIAL_SCHEMA",
     "record_of_row",

@@ -266,7 +266,7 @@ def _nan_if_none(value: Any) -> float:
 
 def trial_row(record: TrialRecord | TrialResult, scenarios: Sequence[str] = ()) -> pa.Table:
     """One trial's row in :func:`trial_schema` (absent metrics are nulls)."""
-    from rayspec import __version__
+    from rayspec._version import __version__
 
     if isinstance(record, TrialResult):
         record = TrialRecord(record)

@@ -1,0 +1,110 @@
+"""The study folder: the one place that names every file a study writes.
+
+A study is one folder (``<output.dir>/<study.name>``); the driver, the report, preflight and the
+tests all reach its files through :class:`StudyFolder`, so a new file is added here once and a
+reader never spells a name of its own.
+
+    folder = StudyFolder("runs/eagle3-twin")
+    folder.trial_file(3)      # runs/eagle3-twin/trials/trial-000003.parquet
+    folder.best_sh            # runs/eagle3-twin/best.sh
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+__all__ = ["StudyFolder"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyFolder:
+    """Every path of one study folder (nothing here touches the disk).
+
+    Attributes:
+        root: the study folder, as given (relative paths stay relative).
+    """
+
+    root: str
+
+    # Measured data: one Parquet file per trial, and that trial's requests.
+    @property
+    def trials(self) -> str:
+        return os.path.join(self.root, "trials")
+
+    @property
+    def requests(self) -> str:
+        return os.path.join(self.root, "requests")
+
+    @property
+    def logs(self) -> str:
+        """Each trial's server log (``trial-NNNNNN.log``)."""
+        return os.path.join(self.root, "logs")
+
+    def trial_file(self, number: int) -> str:
+        return os.path.join(self.trials, self.trial_name(number))
+
+    def request_file(self, number: int) -> str:
+        return os.path.join(self.requests, self.trial_name(number))
+
+    def log_file(self, number: int) -> str:
+        return os.path.join(self.logs, f"trial-{number:06d}.log")
+
+    @staticmethod
+    def trial_name(number: int) -> str:
+        """The file name a trial's rows are kept under, in ``trials/`` and ``requests/``."""
+        return f"trial-{number:06d}.parquet"
+
+    @staticmethod
+    def damaged_name(number: int) -> str:
+        """An unreadable trial file set aside (kept for inspection, never read)."""
+        return f".damaged-trial-{number:06d}.parquet"
+
+    # The study's own state.
+    @property
+    def journal(self) -> str:
+        """The default Optuna storage (``study.storage`` empty)."""
+        return os.path.join(self.root, "optuna.journal")
+
+    @property
+    def lock(self) -> str:
+        """Held (``flock``) by the one driver running this study."""
+        return os.path.join(self.root, "study.lock")
+
+    @property
+    def search_space(self) -> str:
+        """The search space as declared: the report reads candidates back through it."""
+        return os.path.join(self.root, "search_space.json")
+
+    @property
+    def nccl_screen(self) -> str:
+        """The NCCL screen's classes, reused by a resumed study."""
+        return os.path.join(self.root, "nccl_screen.json")
+
+    @property
+    def adaptive_tiers(self) -> str:
+        """SGLang's adaptive-steps tiers for the pick, per load."""
+        return os.path.join(self.root, "adaptive_tiers.json")
+
+    # What the study hands the user.
+    @property
+    def best_yaml(self) -> str:
+        return os.path.join(self.root, "best.yaml")
+
+    @property
+    def best_sh(self) -> str:
+        """The pick as the real SGLang launch."""
+        return os.path.join(self.root, "best.sh")
+
+    @property
+    def best_twin_sh(self) -> str:
+        """A twin study's pick, served by the twin where the study ran."""
+        return os.path.join(self.root, "best-twin.sh")
+
+    @property
+    def report_md(self) -> str:
+        return os.path.join(self.root, "report.md")
+
+    @property
+    def plots(self) -> str:
+        return os.path.join(self.root, "plots")
