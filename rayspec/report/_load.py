@@ -1,11 +1,12 @@
 """Read a study folder: the Parquet trials, the Optuna study, the NCCL screen, the pick.
 
-Reads only what a study writes (``trials/``, ``requests/``, ``search_space.json``,
-``optuna.journal``, ``nccl_screen.json``, ``best.sh``), so a report can be rebuilt from a
-copied folder at any time. Trials are read as :class:`~rayspec.TrialRecord` s whose candidates
-are the search space's own (``SearchSpace.candidate`` of the stored parameters).
-The configuration table and the pick are :func:`rayspec.tune._report.build_report`'s, the same
-the study printed.
+Reads only what a study writes (the files :class:`~rayspec.store.StudyFolder` names), through
+the packages that own them: the rows through :class:`~rayspec.store.ParquetTrialStore`, the
+Optuna study through :func:`rayspec.search.read_stored_study` (read-only, as plain data), so a
+report can be rebuilt from a copied folder at any time. Trials are read as
+:class:`~rayspec.TrialRecord` s whose candidates are the search space's own
+(``SearchSpace.candidate`` of the stored parameters). The configuration table and the pick are
+:func:`rayspec.results.build_report`'s, the same the study printed.
 """
 
 from __future__ import annotations
@@ -18,27 +19,24 @@ from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.dataset as ds
-
 from rayspec._exceptions import StoreError
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
+from rayspec.results import StudyReport
+from rayspec.results import build_report
+from rayspec.results import candidate_reader
+from rayspec.results import deploy_script
+from rayspec.results import load_equivalence
+from rayspec.results import load_space
 from rayspec.search import Equivalence
 from rayspec.search import SearchSpace
+from rayspec.search import StoredStudy
+from rayspec.search import read_stored_study
 from rayspec.store import ParquetTrialStore
+from rayspec.store import StudyFolder
 from rayspec.store import record_of_row
-from rayspec.tune._report import SPACE_FILE
-from rayspec.tune._report import StudyReport
-from rayspec.tune._report import build_report
-from rayspec.tune._report import candidate_reader
-from rayspec.tune._report import deploy_script
-from rayspec.tune._report import load_space
-from rayspec.tune._screen import load_equivalence
 
 if TYPE_CHECKING:
-    import optuna
-
     from rayspec._config import ExperimentConfig
 
 __all__ = ["StudyData", "load_study_folder"]
@@ -58,7 +56,8 @@ class StudyData:
         roles: trial -> ``baseline`` / ``enqueued[i]`` (a retry inherits its original's).
         report: the configurations pooled and the pick, as the study printed them.
         attrs: the Optuna study's user attributes (experiment, engine, versions, budget).
-        study: the Optuna study, or None when its storage cannot be opened.
+        study: the Optuna study as stored (importances evaluated), or None when its storage
+            cannot be opened.
         study_note: why ``study`` is None.
         launch: the best configuration's launch script ("" without a pick).
         launch_source: where ``launch`` came from.
@@ -73,7 +72,7 @@ class StudyData:
     roles: dict[int, str]
     report: StudyReport
     attrs: dict[str, Any] = field(default_factory=dict)
-    study: optuna.Study | None = None
+    study: StoredStudy | None = None
     study_note: str = ""
     launch: str = ""
     launch_source: str = ""
@@ -98,57 +97,23 @@ class StudyData:
         )  # fmt: skip
 
 
-def _open_study(path: str, name: str) -> tuple[optuna.Study | None, str]:
+def _open_study(path: str, name: str) -> tuple[StoredStudy | None, str]:
     """The study in ``<path>/optuna.journal`` (the default storage), or why not."""
-    journal = os.path.join(path, "optuna.journal")
+    journal = StudyFolder(path).journal
     if not os.path.isfile(journal):
         return None, f"no Optuna journal at {journal} (a study with an RDB storage keeps it there)"
-    import optuna
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
     try:
-        storage = JournalStorage(JournalFileBackend(journal))
-        names = optuna.get_all_study_names(storage)
-        if name not in names:
-            if len(names) != 1:
-                return None, f"{journal} holds studies {names}, none named {name!r}"
-            name = names[0]
-        return optuna.load_study(study_name=name, storage=storage), ""
+        study = read_stored_study(journal, name, importances=True)
+    except StoreError as exc:
+        return None, str(exc)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         return None, f"cannot open {journal}: {exc}"
-
-
-def _roles(rows: list[dict[str, Any]], study: optuna.Study | None) -> dict[int, str]:
-    roles = {int(r["trial"]): str(r["role"]) for r in rows if r.get("role")}
     if study is None:
-        return roles
-    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-        if t.user_attrs.get("role"):
-            roles[t.number] = str(t.user_attrs["role"])
-        retry = t.user_attrs.get("retry_of")
-        if retry is not None and int(retry) in roles:
-            roles[t.number] = roles[int(retry)]
-    return roles
+        return None, f"{journal} holds studies [], none named {name!r}"
+    return study, ""
 
 
-def _concurrency(path: str) -> dict[str, int]:
-    folder = os.path.join(path, "requests")
-    if not os.path.isdir(folder):
-        return {}
-    try:
-        table = ds.dataset(folder, format="parquet").to_table(columns=["scenario", "concurrency"])
-    except (OSError, pa.ArrowException):
-        return {}
-    out: dict[str, int] = {}
-    for sc, c in zip(table.column("scenario").to_pylist(), table.column("concurrency").to_pylist(),
-                     strict=True):  # fmt: skip
-        if sc is not None and c is not None:
-            out.setdefault(str(sc), int(c))
-    return out
-
-
-def _space(path: str, cfg: ExperimentConfig | None, study: optuna.Study | None) -> SearchSpace:
+def _space(path: str, cfg: ExperimentConfig | None, study: StoredStudy | None) -> SearchSpace:
     """The study's search space: the experiment's, the folder's, or (a study written before
     the folder kept it) the choices the Optuna study recorded."""
     if cfg is not None:
@@ -158,8 +123,9 @@ def _space(path: str, cfg: ExperimentConfig | None, study: optuna.Study | None) 
         return space
     grid = study.user_attrs.get("space") if study is not None else None
     if grid is None:
+        missing = os.path.basename(StudyFolder(path).search_space)
         raise StoreError(
-            f"{path}: no {SPACE_FILE} and no Optuna study to read the search space from; "
+            f"{path}: no {missing} and no Optuna study to read the search space from; "
             "run the study again with this rayspec to write it"
         )
     return SearchSpace.from_grid(json.loads(grid))
@@ -186,14 +152,15 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
     """
     if not os.path.isdir(path):
         raise StoreError(f"{path}: no such folder (expected a study folder holding trials/)")
-    trials = os.path.join(path, "trials")
+    store = ParquetTrialStore(path)
+    trials = store.trials_dir
     if not os.path.isdir(trials):
         subs = sorted(
-            d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d, "trials"))
+            d for d in os.listdir(path) if os.path.isdir(StudyFolder(os.path.join(path, d)).trials)
         )
         hint = f"; its studies: {', '.join(os.path.join(path, d) for d in subs)}" if subs else ""
         raise StoreError(f"{path}: not a study folder (no trials/ in it){hint}")
-    rows = sorted(ParquetTrialStore(path).load_trials().to_pylist(), key=lambda r: r["trial"])
+    rows = store.trial_rows()
     if not rows:
         raise StoreError(f"{trials}: no trial rows yet")
     name = cfg.study.name if cfg is not None else os.path.basename(os.path.abspath(path))
@@ -204,7 +171,9 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
     else:
         start_noise = _float_attr(attrs, "start_noise", _DEFAULT_START_NOISE)
         margin = _float_attr(attrs, "pick_margin", 0.0)
-    roles = _roles(rows, study)
+    roles = {int(r["trial"]): str(r["role"]) for r in rows if r.get("role")}
+    if study is not None:
+        roles = study.roles(roles)
     equivalent = load_equivalence(path)
     read = candidate_reader(_space(path, cfg, study))
     records = [record_of_row(r, read) for r in rows]
@@ -217,10 +186,10 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
     elif report.best is not None:
         launch, source = _launch_from_folder(path, rows, report)
     return StudyData(
-        path=path, name=study.study_name if study is not None else name, rows=rows,
+        path=path, name=study.name if study is not None else name, rows=rows,
         records=records, roles=roles,
         report=report, attrs=attrs, study=study, study_note=note, launch=launch,
-        launch_source=source, concurrency=_concurrency(path), start_noise=start_noise,
+        launch_source=source, concurrency=store.scenario_concurrency(), start_noise=start_noise,
         margin=margin, equivalent=equivalent,
     )  # fmt: skip
 
@@ -232,7 +201,7 @@ def _launch_from_folder(
     best = report.best
     if best is None:
         return "", ""
-    script = os.path.join(path, "best.sh")
+    script = StudyFolder(path).best_sh
     try:
         with open(script, encoding="utf-8") as fh:
             text = fh.read()

@@ -10,25 +10,20 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from rayspec._types import TrialState
+from rayspec.results import vs_baseline
+from rayspec.results import within_noise
+from rayspec.store import StudyFolder
 
 if TYPE_CHECKING:
     from rayspec.report._load import StudyData
     from rayspec.report._plots import Plot
-    from rayspec.tune._report import Row
+    from rayspec.results import Row
 
 __all__ = ["render", "table_rows"]
-
-_WITHIN_NOISE = (0.05, 0.95)  # P(faster than the baseline) between these: within noise
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _vs(row: Row, baseline: Row | None) -> str:
-    if baseline is None or row.trials == baseline.trials or not baseline.tok_s_mean:
-        return "—"
-    return f"{(row.tok_s_mean / baseline.tok_s_mean - 1) * 100:+.1f} %"
 
 
 def _flags(data: StudyData, row: Row) -> list[str]:
@@ -45,13 +40,8 @@ def _flags(data: StudyData, row: Row) -> list[str]:
         flags.append("best estimate, not picked")  # fmt: skip
     if row.role:
         flags.append(row.role)
-    low, high = _WITHIN_NOISE
-    if (
-        report.baseline is not None
-        and row.trials != report.baseline.trials
-        and low < row.vs_baseline_confidence < high
-    ):
-        flags.append("within noise of the baseline")  # fmt: skip
+    if within_noise(row, report.baseline):
+        flags.append("within noise of the baseline")
     by_trial = {r.trial: r for r in data.records}
     measured = [by_trial[t] for t in row.trials if t in by_trial]
     pruned = [r.trial for r in measured if r.result.state is TrialState.PRUNED]
@@ -80,7 +70,7 @@ def table_rows(data: StudyData) -> list[dict[str, Any]]:
             "accept_length": row.accept_length,
             "starts": row.starts,
             "runs": row.runs,
-            "vs_baseline": _vs(row, report.baseline),
+            "vs_baseline": vs_baseline(row, report.baseline),
             "flags": _flags(data, row),
         })  # fmt: skip
     for trial, label, reason in report.failures:
@@ -161,7 +151,7 @@ def _summary(data: StudyData) -> list[str]:
     which = "trial" if len(best.trials) == 1 else "trials"
     text += f" ({starts}, {which} {', '.join(str(t) for t in best.trials)})"
     if base is not None and best.trials != base.trials:
-        text += f", {_vs(best, base)} vs the baseline ({base.tok_s_mean:.1f} tok/s)"
+        text += f", {vs_baseline(best, base)} vs the baseline ({base.tok_s_mean:.1f} tok/s)"
     lines.append(text)
     if report.pick_note:
         lines.append(f"- {report.pick_note}")
@@ -199,16 +189,15 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
         else:
             lines.append(f"Not drawn: {plot.skipped}.")
         lines.append("")
+    folder = StudyFolder(data.path)
     lines += [
         "## Data",
         "",
-        f"- trials: `{os.path.join(data.path, 'trials')}/` (Parquet, one file per trial, one "
-        "schema)",
-        f"- requests: `{os.path.join(data.path, 'requests')}/`",
+        f"- trials: `{folder.trials}/` (Parquet, one file per trial, one schema)",
+        f"- requests: `{folder.requests}/`",
     ]
     if data.study is not None:
-        journal = os.path.join(data.path, "optuna.journal")
-        lines.append(f"- Optuna study `{data.name}`: `{journal}`")
+        lines.append(f"- Optuna study `{data.name}`: `{folder.journal}`")
     elif data.study_note:
         lines.append(f"- Optuna study: {data.study_note}")
     return "\n".join(lines) + "\n"

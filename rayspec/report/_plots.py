@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from rayspec.report._load import StudyData
-    from rayspec.tune._report import Row
+    from rayspec.results import Row
 
 __all__ = ["PLOTS", "Plot", "draw_plots", "short_label"]
 
@@ -375,19 +374,9 @@ def plot_importances(data: StudyData, path: str) -> Plot:
     study = data.study
     if study is None:
         return Plot(_name(path), title, caption, skipped=data.study_note or "no study")
-    import optuna
-
-    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    if len(complete) < 2:
-        return Plot(_name(path), title, caption,
-                    skipped=f"{len(complete)} completed trial(s): importances need 2")  # fmt: skip
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "some regimes have less than 2 trials"
-            importances = optuna.importance.get_param_importances(study)
-    except (ValueError, RuntimeError, ZeroDivisionError) as exc:
-        return Plot(_name(path), title, caption,
-                    skipped=f"Optuna could not evaluate them: {exc}")  # fmt: skip
+    importances = study.importances  # evaluated where the study was read (rayspec.search)
+    if importances is None:
+        return Plot(_name(path), title, caption, skipped=study.importance_note)
     if not importances:
         return Plot(_name(path), title, caption, skipped="no parameter varied")
     names = list(importances)[::-1]
@@ -399,7 +388,7 @@ def plot_importances(data: StudyData, path: str) -> Plot:
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:.2f}", va="center", fontsize=7)
     ax.set_xlabel("importance for tok/s (share of 1)")
-    ax.set_title(f"parameter importances ({len(complete)} completed trials)")
+    ax.set_title(f"parameter importances ({study.complete} completed trials)")
     ax.set_xlim(0, max(values) * 1.2 if max(values) > 0 else 1)
     ax.grid(axis="x", alpha=0.3)
     return Plot(_name(path), title, caption, path=_save(fig, path))

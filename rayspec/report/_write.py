@@ -12,6 +12,7 @@ from rayspec.report._load import load_study_folder
 from rayspec.report._markdown import render
 from rayspec.report._plots import Plot
 from rayspec.report._plots import draw_plots
+from rayspec.store import StudyFolder
 
 if TYPE_CHECKING:
     from rayspec._config import ExperimentConfig
@@ -41,7 +42,7 @@ class ReportFiles:
         """One line for a terminal."""
         return (
             f"report: {self.markdown} ({plural(len(self.drawn), 'plot')} in "
-            f"{os.path.join(os.path.dirname(self.markdown), 'plots')}/, {self.wall_s:.1f} s)"
+            f"{StudyFolder(os.path.dirname(self.markdown)).plots}/, {self.wall_s:.1f} s)"
         )
 
 
@@ -62,8 +63,9 @@ def write_report(path: str, cfg: ExperimentConfig | None = None) -> ReportFiles:
     """
     t0 = time.monotonic()
     data = load_study_folder(path, cfg)
-    plots = tuple(draw_plots(data, os.path.join(path, "plots")))
-    markdown = os.path.join(path, "report.md")
+    folder = StudyFolder(path)
+    plots = tuple(draw_plots(data, folder.plots))
+    markdown = folder.report_md
     tmp = f"{markdown}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(render(data, plots, path))

@@ -17,10 +17,12 @@ from rayspec.search._posterior import Noise
 from rayspec.search._posterior import prob_better
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
+from rayspec.search._stored import StoredStudy
+from rayspec.search._stored import StoredTrial
+from rayspec.search._stored import read_stored_study
 from rayspec.search._structured import Proposal
 from rayspec.search._structured import StructuredSearch
 from rayspec.search._structured import wants_more_runs
-from rayspec.search._study import StoredTrial
 from rayspec.search._study import StudyHandle
 from rayspec.search._study import TrialHandle
 from rayspec.search._study import open_study
@@ -36,6 +38,7 @@ __all__ = [
     "Point",
     "Proposal",
     "SearchSpace",
+    "StoredStudy",
     "StoredTrial",
     "StructuredSearch",
     "StudyHandle",
@@ -44,6 +47,7 @@ __all__ = [
     "open_study",
     "pick",
     "prob_better",
+    "read_stored_study",
     "validate_enqueue",
     "wants_more_runs",
     "weigh",

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +35,6 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.study import Study
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState as OptunaState
-from sqlalchemy.exc import SQLAlchemyError
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
@@ -52,6 +50,11 @@ from rayspec.search._journal import check_journal
 from rayspec.search._space import ATTR_QUEUED
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
+from rayspec.search._stored import ATTR_RETRY_OF
+from rayspec.search._stored import ATTR_ROLE
+from rayspec.search._stored import StoredTrial
+from rayspec.search._stored import load_stored
+from rayspec.search._stored import stored_roles
 
 __all__ = [
     "ATTR_FAILURE",
@@ -61,7 +64,6 @@ __all__ = [
     "StudyHandle",
     "TrialHandle",
     "open_study",
-    "stored_trials",
 ]
 
 _log = logging.getLogger(__name__)
@@ -69,9 +71,7 @@ _log = logging.getLogger(__name__)
 ATTR_KEY = "candidate_key"
 ATTR_LABEL = "candidate"
 ATTR_FAILURE = "failure_reason"
-ATTR_RETRY_OF = "retry_of"
 ATTR_REUSED_FROM = "reused_from"
-ATTR_ROLE = "role"
 ATTR_REASON = "reason"
 ATTR_REPEAT_OF = "repeat_of"
 ATTR_NODE_RETRY = "node_lost_retry"  # a retry of a trial whose node died (retried only once)
@@ -142,18 +142,6 @@ class _AskTellGridSampler(optuna.samplers.GridSampler):
         del study, trial, state, values
 
 
-def _storage_exists(url: str) -> bool:
-    """Whether ``url`` names storage that exists (a database server is assumed to)."""
-    if "://" not in url:
-        return os.path.exists(url)
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return os.path.exists(os.path.expanduser(parsed.database or ""))
-    return True
-
-
 def _make_storage(url: str) -> BaseStorage | str:
     if "://" in url:  # sqlite:///..., postgresql://...: an RDB URL
         return url
@@ -162,52 +150,6 @@ def _make_storage(url: str) -> BaseStorage | str:
     if os.path.isfile(url):
         check_journal(url)  # damage Optuna cannot read past: one line, not a traceback
     return JournalStorage(JournalFileBackend(url))
-
-
-def _load_stored(cfg: ExperimentConfig) -> tuple[dict[str, Any], list[FrozenTrial]] | None:
-    """The stored study's user attributes and trials as Optuna replays them, read without
-    writing (None: not stored).
-
-    A torn last record is left out, as Optuna's reader leaves it out (its reader trips on a
-    last line that is not UTF-8, so the records before it are read from a copy).
-    """
-    url = cfg.storage_url
-    if "://" in url:
-        if not _storage_exists(url):  # opening it would create it (sqlite too): nothing stored
-            return None
-        return _load_from(cfg, url)
-    if not os.path.isfile(url):
-        return None
-    scan = check_journal(url)
-    if not scan.torn:
-        return _load_from(cfg, JournalStorage(JournalFileBackend(url)))
-    with tempfile.TemporaryDirectory(prefix="rayspec-journal-") as tmp:
-        copy = os.path.join(tmp, "optuna.journal")
-        with open(url, "rb") as src, open(copy, "wb") as dst:
-            dst.write(src.read(scan.good_bytes))
-        return _load_from(cfg, JournalStorage(JournalFileBackend(copy)))
-
-
-def _load_from(
-    cfg: ExperimentConfig, storage: BaseStorage | str
-) -> tuple[dict[str, Any], list[FrozenTrial]] | None:
-    try:
-        study = optuna.load_study(study_name=cfg.study.name, storage=storage)
-    except KeyError:  # no study of that name in the storage yet
-        return None
-    except SQLAlchemyError as exc:
-        from sqlalchemy.engine import make_url
-
-        shown = make_url(str(storage)).render_as_string(hide_password=True)
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"study.storage: cannot open {shown} ({first[:200]})") from None
-    return dict(study.user_attrs), study.get_trials(deepcopy=True)
-
-
-def stored_trials(cfg: ExperimentConfig) -> list[StoredTrial] | None:
-    """The study's trials as stored, read without writing (None: no such study stored)."""
-    stored = _load_stored(cfg)
-    return None if stored is None else [StoredTrial(t) for t in stored[1]]
 
 
 def _make_sampler(cfg: ExperimentConfig, space: SearchSpace) -> BaseSampler:
@@ -261,34 +203,6 @@ class TrialHandle:
     def report(self, value: float, step: int) -> None:
         """The running objective after ``step`` runs (Optuna's intermediate value)."""
         self._trial.report(value, step=step)
-
-
-class StoredTrial:
-    """A finished or running trial read back from the storage (for recovery and roles)."""
-
-    def __init__(self, frozen: FrozenTrial) -> None:
-        self.number = frozen.number
-        self.params: dict[str, Any] = dict(frozen.params)
-        self.attrs: dict[str, Any] = dict(frozen.user_attrs)
-        self.optuna_state = frozen.state.name
-        self.value = frozen.value
-        self.start_unix_s = frozen.datetime_start.timestamp() if frozen.datetime_start else None
-        self.end_unix_s = (
-            frozen.datetime_complete.timestamp() if frozen.datetime_complete else None
-        )
-
-    @property
-    def state(self) -> TrialState:
-        """rayspec's state (a constrained COMPLETE is a FAIL).
-
-        The ``state`` attribute is written just before ``tell``: a driver killed between the
-        two leaves it on a trial the next driver fails as interrupted, so it is read only
-        where Optuna's state is COMPLETE (a configuration's failure is told as COMPLETE).
-        """
-        stored = self.attrs.get("state")
-        if self.optuna_state == "COMPLETE" and stored in TrialState.__members__:
-            return TrialState(stored)
-        return TrialState(self.optuna_state) if self.optuna_state != "RUNNING" else TrialState.FAIL
 
 
 class StudyHandle:
@@ -353,15 +267,7 @@ class StudyHandle:
 
     def roles(self) -> dict[int, str]:
         """trial -> ``baseline`` / ``enqueued[i]``; a retry inherits its original's role."""
-        roles: dict[int, str] = {}
-        for t in self._study.get_trials(deepcopy=False):
-            role = t.user_attrs.get(ATTR_ROLE)
-            if role:
-                roles[t.number] = str(role)
-            retry = t.user_attrs.get(ATTR_RETRY_OF)
-            if retry is not None and int(retry) in roles:
-                roles[t.number] = roles[int(retry)]
-        return roles
+        return stored_roles(self.trials())
 
     def completed_by_key(self) -> dict[str, StoredTrial]:
         """The first successfully measured trial of each canonical candidate."""
@@ -690,7 +596,7 @@ def _check_stored_choices(
 
 def check_resumable(cfg: ExperimentConfig, space: SearchSpace) -> None:
     """Before anything starts: refuse to resume a stored study of another experiment."""
-    stored = _load_stored(cfg)
+    stored = load_stored(cfg)
     if stored is None:
         return
     attrs, trials = stored

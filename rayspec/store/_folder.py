@@ -56,6 +56,14 @@ class StudyFolder:
         return f"trial-{number:06d}.parquet"
 
     @staticmethod
+    def trial_number(name: str) -> int | None:
+        """The trial number a :meth:`trial_name` names (None for any other file name)."""
+        stem = name.removeprefix("trial-").removesuffix(".parquet")
+        if name.startswith("trial-") and name.endswith(".parquet") and stem.isdigit():
+            return int(stem)
+        return None
+
+    @staticmethod
     def damaged_name(number: int) -> str:
         """An unreadable trial file set aside (kept for inspection, never read)."""
         return f".damaged-trial-{number:06d}.parquet"

@@ -36,6 +36,7 @@ from rayspec._types import TrialResult
 from rayspec._types import TrialState
 from rayspec._types import accept_histogram
 from rayspec.store._base import BaseTrialStore
+from rayspec.store._folder import StudyFolder
 
 __all__ = [
     "ParquetTrialStore",
@@ -195,12 +196,8 @@ def _numbers(folder: str) -> set[int]:
     """Trial numbers of the ``trial-NNNNNN.parquet`` files in ``folder``."""
     if not os.path.isdir(folder):
         return set()
-    out = set()
-    for name in os.listdir(folder):
-        stem = name.removeprefix("trial-").removesuffix(".parquet")
-        if name.startswith("trial-") and name.endswith(".parquet") and stem.isdigit():
-            out.add(int(stem))
-    return out
+    numbers = (StudyFolder.trial_number(name) for name in os.listdir(folder))
+    return {n for n in numbers if n is not None}
 
 
 def _float(value: Any) -> float | None:
@@ -394,9 +391,10 @@ class ParquetTrialStore(BaseTrialStore):
         """Args: root: the study folder; scenarios: the scenarios after the objective's (their
         ``<scenario>__<metric>`` columns are in every row, see :func:`trial_schema`)."""
         self.root = root
+        self.folder = StudyFolder(root)
         self.scenarios = tuple(scenarios)
-        self.trials_dir = os.path.join(root, "trials")
-        self.requests_dir = os.path.join(root, "requests")
+        self.trials_dir = self.folder.trials
+        self.requests_dir = self.folder.requests
 
     def append_trial(self, record: TrialRecord | TrialResult) -> str:
         """Write one trial's row (and its request rows).
@@ -406,8 +404,8 @@ class ParquetTrialStore(BaseTrialStore):
                 attempt's row (a measured row is never overwritten).
         """
         result = record.result if isinstance(record, TrialRecord) else record
-        name = f"trial-{result.trial:06d}.parquet"
-        self._refuse_overwrite(result, os.path.join(self.trials_dir, name))
+        name = StudyFolder.trial_name(result.trial)
+        self._refuse_overwrite(result, self.folder.trial_file(result.trial))
         try:
             # Requests first: a trial row never points at request rows that do not exist.
             if result.requests:
@@ -446,11 +444,11 @@ class ParquetTrialStore(BaseTrialStore):
         said = []
         for folder in (self.trials_dir, self.requests_dir):
             for number in sorted(_numbers(folder)):
-                path = os.path.join(folder, f"trial-{number:06d}.parquet")
+                path = os.path.join(folder, StudyFolder.trial_name(number))
                 try:
                     pq.ParquetFile(path).close()
                 except (OSError, pa.ArrowException) as exc:
-                    aside = os.path.join(folder, f".damaged-trial-{number:06d}.parquet")
+                    aside = os.path.join(folder, StudyFolder.damaged_name(number))
                     os.replace(path, aside)
                     said.append(
                         f"store: {path} cannot be read ({type(exc).__name__}: "
@@ -478,8 +476,34 @@ class ParquetTrialStore(BaseTrialStore):
         rows = self.load_trials().to_pylist()
         return [record_of_row(r, candidate) for r in sorted(rows, key=lambda r: int(r["trial"]))]
 
+    def trial_rows(self) -> list[dict[str, Any]]:
+        """Every trial row as a dict of its columns, in trial order (what users read).
+
+        Raises:
+            StoreError: the rows cannot be read.
+        """
+        return sorted(self.load_trials().to_pylist(), key=lambda r: int(r["trial"]))
+
     def load_requests(self) -> pa.Table:
         try:
             return _read_folder(self.requests_dir, REQUEST_SCHEMA)
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read {self.requests_dir}: {exc}") from exc
+
+    def scenario_concurrency(self) -> dict[str, int]:
+        """scenario -> the concurrency its requests ran at, from the request rows (empty when
+        there are none or they cannot be read: the report then draws no per-load plot)."""
+        if not os.path.isdir(self.requests_dir):
+            return {}
+        try:
+            table = ds.dataset(self.requests_dir, format="parquet").to_table(
+                columns=["scenario", "concurrency"]
+            )
+        except (OSError, pa.ArrowException):
+            return {}
+        out: dict[str, int] = {}
+        scenarios = table.column("scenario").to_pylist()
+        for sc, c in zip(scenarios, table.column("concurrency").to_pylist(), strict=True):
+            if sc is not None and c is not None:
+                out.setdefault(str(sc), int(c))
+        return out

@@ -174,16 +174,16 @@ def _run(cfg: ExperimentConfig) -> int:
 
 
 def _run_locked(cfg: ExperimentConfig) -> int:
+    from rayspec.results import deploy_config
+    from rayspec.results import write_best
+    from rayspec.store import StudyFolder
     from rayspec.tune._cluster import connect
     from rayspec.tune._cluster import disconnect
     from rayspec.tune._driver import idle_reason
     from rayspec.tune._driver import run_study
     from rayspec.tune._progress import make_progress
-    from rayspec.tune._report import TWIN_SCRIPT
-    from rayspec.tune._report import deploy_config
     from rayspec.tune._report import deploy_warnings
     from rayspec.tune._report import format_table
-    from rayspec.tune._report import write_best
     from rayspec.tune._tiers import write_adaptive_tiers
 
     if cfg.server.engine is Engine.twin:
@@ -215,6 +215,7 @@ def _run_locked(cfg: ExperimentConfig) -> int:
         finally:
             disconnect(cluster)
     report = outcome.report
+    folder = StudyFolder(cfg.out_dir)
     print()
     if outcome.stopped:
         _say(f"stopped: {outcome.stopped}")
@@ -229,7 +230,7 @@ def _run_locked(cfg: ExperimentConfig) -> int:
             return 1
         _say(
             "no trial completed: see the failure reasons in the trials table and the logs in "
-            f"{os.path.join(cfg.out_dir, 'logs')}"
+            f"{folder.logs}"
         )
         return 1
     print(format_table(report))
@@ -265,10 +266,9 @@ def _run_locked(cfg: ExperimentConfig) -> int:
             print(f"  warning: {note}")
         print(f"  launch it:  {paths[1]}")
         if cfg.server.engine is Engine.twin:
-            twin_sh = os.path.join(os.path.dirname(paths[1]), TWIN_SCRIPT)
-            print(f"  on the twin: {twin_sh} (here, without GPUs)")
+            print(f"  on the twin: {folder.best_twin_sh} (here, without GPUs)")
         print(f"  details:    {paths[0]}")
-    print(f"  trials:     {os.path.join(cfg.out_dir, 'trials')}/ (Parquet, one file per trial)")
+    print(f"  trials:     {folder.trials}/ (Parquet, one file per trial)")
     dashboard = installed_command("optuna-dashboard")
     print(f"  study:      {dashboard} {shlex.quote(cfg.storage_url)} --host 127.0.0.1 --port 8080")
     return 0

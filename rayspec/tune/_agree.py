@@ -29,20 +29,20 @@ from rayspec._types import LaunchSpec
 from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
+from rayspec.results import candidate_reader
 from rayspec.search import SearchSpace
 from rayspec.search._journal import repair_journal
 from rayspec.search._space import ATTR_QUEUED
+from rayspec.search._stored import ATTR_ROLE
+from rayspec.search._stored import StoredTrial
+from rayspec.search._stored import stored_trials
 from rayspec.search._study import ATTR_LAUNCH
 from rayspec.search._study import ATTR_REASON
 from rayspec.search._study import ATTR_REPEAT_OF
 from rayspec.search._study import ATTR_RESTART
-from rayspec.search._study import ATTR_ROLE
 from rayspec.search._study import ATTR_RUN_VALUES
 from rayspec.search._study import TRIAL_METRIC_ATTRS
-from rayspec.search._study import StoredTrial
-from rayspec.search._study import stored_trials
 from rayspec.store import ParquetTrialStore
-from rayspec.tune._report import candidate_reader
 
 __all__ = ["prepare_folder", "rebuilt_record"]
 
@@ -115,7 +115,7 @@ def prepare_folder(cfg: ExperimentConfig, store: ParquetTrialStore, printer: Pri
     for t in trials:
         if t.number in rows or t.optuna_state not in _FINISHED:
             continue
-        requests = os.path.join(store.requests_dir, f"trial-{t.number:06d}.parquet")
+        requests = store.folder.request_file(t.number)
         kept = "kept" if os.path.exists(requests) else "lost"
         store.append_trial(rebuilt_record(t, read, interrupted=t.number in retried))
         printer(f"trial {t.number}: its trial file was missing; row rebuilt from the journal "

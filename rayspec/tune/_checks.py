@@ -32,7 +32,6 @@ from rayspec._types import RequestRecord
 
 __all__ = [
     "ALARM_RATIO",
-    "GATE_UNCHECKED",
     "Verdict",
     "acceptance_alarm",
     "judge",
@@ -41,9 +40,6 @@ __all__ = [
 
 # A trial's accept length below this fraction of what its drafter gave is flagged.
 ALARM_RATIO = 0.7
-# The trial metric set to 1 when the gate was on but compared none of the trial's outputs (no
-# baseline reference): such a trial is never picked.
-GATE_UNCHECKED = "gate_unchecked"
 
 PromptKey = Callable[[str, int, int], str]  # (scenario, run, index) -> the request's identity
 

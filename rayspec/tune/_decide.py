@@ -25,7 +25,6 @@ __all__ = [
     "Measured",
     "cannot_beat",
     "comparison_metrics",
-    "cost_key",
 ]
 
 
@@ -86,10 +85,3 @@ def comparison_metrics(prefix: str, runs: Sequence[float], other: Sequence[float
         f"{prefix}_p": c.p_value,
         f"{prefix}_significant": 1.0 if c.significant else 0.0,
     }
-
-
-def cost_key(candidate: Candidate) -> tuple[int, int]:
-    """Serving cost of a configuration: draft tokens, then steps (no speculation costs 0)."""
-    if candidate.spec is None:
-        return (0, 0)
-    return (candidate.spec.num_draft_tokens, candidate.spec.num_steps)

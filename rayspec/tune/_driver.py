@@ -41,6 +41,13 @@ from rayspec._types import TrialResult
 from rayspec._types import TrialState
 from rayspec.bench import per_run_tok_s
 from rayspec.bench import request_input
+from rayspec.results import GATE_UNCHECKED
+from rayspec.results import StudyReport
+from rayspec.results import build_report
+from rayspec.results import candidate_reader
+from rayspec.results import load_equivalence
+from rayspec.results import observations_from_records
+from rayspec.results import save_space
 from rayspec.screen import BaseNcclScreen
 from rayspec.search import Equivalence
 from rayspec.search import Evidence
@@ -57,9 +64,9 @@ from rayspec.search._space import ATTR_QUEUED
 from rayspec.search._structured import NCCL_FAILURES
 from rayspec.search._study import ROLE_BASELINE_AGAIN
 from rayspec.store import ParquetTrialStore
+from rayspec.store import StudyFolder
 from rayspec.store import request_record
 from rayspec.tune._agree import prepare_folder
-from rayspec.tune._checks import GATE_UNCHECKED
 from rayspec.tune._checks import Chain
 from rayspec.tune._checks import OutputGate
 from rayspec.tune._checks import acceptance_alarm
@@ -73,12 +80,6 @@ from rayspec.tune._metrics import StudyMetrics
 from rayspec.tune._metrics import record_exporter
 from rayspec.tune._progress import PickView
 from rayspec.tune._progress import PlainProgress
-from rayspec.tune._report import StudyReport
-from rayspec.tune._report import build_report
-from rayspec.tune._report import candidate_reader
-from rayspec.tune._report import observations_from_records
-from rayspec.tune._report import save_space
-from rayspec.tune._screen import load_equivalence
 from rayspec.tune._screen import run_screen
 from rayspec.tune._screen import token_bytes
 from rayspec.tune._trial import LIVE_ACTORS
@@ -385,7 +386,7 @@ def idle_reason(cfg: ExperimentConfig, printer: Printer = print) -> str:
         url = cfg.storage_url
         if "://" not in url and not os.path.exists(url):
             return ""
-        if not os.path.isdir(os.path.join(cfg.out_dir, "trials")):
+        if not os.path.isdir(StudyFolder(cfg.out_dir).trials):
             return ""
         handle = open_study(cfg, SearchSpace.from_config(cfg.search))
         if handle.running():

@@ -25,10 +25,9 @@ from collections.abc import Callable
 from collections.abc import Iterator
 
 from rayspec._exceptions import ConfigError
+from rayspec.store import StudyFolder
 
-__all__ = ["LOCK_NAME", "StudyLockedError", "check_unlocked", "study_lock"]
-
-LOCK_NAME = "study.lock"
+__all__ = ["StudyLockedError", "check_unlocked", "study_lock"]
 
 _held: dict[str, tuple[int, int]] = {}  # real path -> (fd, depth): this process's locks
 _guard = threading.Lock()
@@ -39,7 +38,7 @@ class StudyLockedError(ConfigError):
 
 
 def _path(out_dir: str) -> str:
-    return os.path.realpath(os.path.join(out_dir, LOCK_NAME))
+    return os.path.realpath(StudyFolder(out_dir).lock)
 
 
 def _holder(fd: int) -> str:

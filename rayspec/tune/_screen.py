@@ -2,7 +2,8 @@
 
 The screen runs once per study, before the first trial, and its report is saved as
 ``<out>/nccl_screen.json`` (a resumed study reuses it when the NCCL space, the fixed
-environment and the sizes are unchanged).
+environment and the sizes are unchanged; a report reads its classes back with
+:func:`rayspec.results.load_equivalence`).
 """
 
 from __future__ import annotations
@@ -24,17 +25,13 @@ from rayspec.screen import RayNcclScreen
 from rayspec.screen import ScreenReport
 from rayspec.screen import TwinNcclScreen
 from rayspec.screen import screen_space
-from rayspec.search import Equivalence
 from rayspec.search import SearchSpace
 from rayspec.server import server_env
+from rayspec.store import StudyFolder
 
-__all__ = ["load_equivalence", "message_sizes", "run_screen", "screen_path", "token_bytes"]
+__all__ = ["message_sizes", "run_screen", "token_bytes"]
 
 Printer = Callable[[str], None]
-
-
-def screen_path(cfg: ExperimentConfig) -> str:
-    return os.path.join(cfg.out_dir, "nccl_screen.json")
 
 
 def _model_hidden_size(model_path: str) -> int | None:
@@ -87,17 +84,6 @@ def message_sizes(cfg: ExperimentConfig, space: SearchSpace) -> list[int]:
     return sorted(concurrency * t * per_token for t in tokens)
 
 
-def load_equivalence(out_dir: str) -> Equivalence | None:
-    """The saved screen's classes of ``<out_dir>/nccl_screen.json`` (None without a screen):
-    a report rebuilt from a study folder pools equivalent NCCL sets as the study did."""
-    try:
-        with open(os.path.join(out_dir, "nccl_screen.json"), encoding="utf-8") as fh:
-            report, _ = ScreenReport.from_json(fh.read())
-    except (OSError, ValueError):
-        return None
-    return report.representative
-
-
 def _make_screen(cfg: ExperimentConfig) -> BaseNcclScreen | None:
     if cfg.server.engine is Engine.twin:
         return TwinNcclScreen(cfg.server.twin.profile)
@@ -144,7 +130,7 @@ def run_screen(
         return None
     sizes = message_sizes(cfg, space)
     fingerprint = _fingerprint(cfg, space, sizes)
-    path = screen_path(cfg)
+    path = StudyFolder(cfg.out_dir).nccl_screen
     if os.path.exists(path):
         try:
             with open(path, encoding="utf-8") as fh:

@@ -26,17 +26,16 @@ from dataclasses import dataclass
 from rayspec._config import SPEC_OFF
 from rayspec._config import ExperimentConfig
 from rayspec._types import Candidate
+from rayspec.results import DRAFT_PLACEHOLDER
+from rayspec.results import MODEL_PLACEHOLDER
+from rayspec.results import Row
+from rayspec.results import StudyReport
 from rayspec.search._space import is_adaptive
 from rayspec.server import build_launch
 from rayspec.server._versions import sglang_features
-from rayspec.tune._report import DRAFT_PLACEHOLDER
-from rayspec.tune._report import MODEL_PLACEHOLDER
-from rayspec.tune._report import Row
-from rayspec.tune._report import StudyReport
+from rayspec.store import StudyFolder
 
 __all__ = ["AdaptiveTiers", "adaptive_tiers", "write_adaptive_tiers"]
-
-TIERS_FILE = "adaptive_tiers.json"
 
 
 @dataclass(frozen=True)
@@ -104,13 +103,13 @@ def write_adaptive_tiers(
     """Write ``<out>/adaptive_tiers.json``; return its path, the launch line and the tiers.
 
     Args:
-        deploy: the experiment as a real SGLang launch (``_report.deploy_config``).
+        deploy: the experiment as a real SGLang launch (:func:`rayspec.results.deploy_config`).
     """
     found = adaptive_tiers(cfg, report)
     if found is None:
         return None
     os.makedirs(cfg.out_dir, exist_ok=True)
-    path = os.path.join(cfg.out_dir, TIERS_FILE)
+    path = StudyFolder(cfg.out_dir).adaptive_tiers
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(found.tiers, fh, indent=2)
         fh.write("\n")

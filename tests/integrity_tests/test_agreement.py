@@ -99,8 +99,8 @@ def test_a_journal_of_other_runs_is_refused(tmp_path) -> None:
 
 
 def test_the_store_never_overwrites_another_attempts_row(tmp_path) -> None:
+    from rayspec.results import candidate_reader
     from rayspec.search import SearchSpace
-    from rayspec.tune._report import candidate_reader
 
     cfg = _study(tmp_path, 1)
     store = ParquetTrialStore(cfg.out_dir)

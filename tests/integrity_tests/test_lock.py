@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from rayspec.store import StudyFolder
 from rayspec.testing import SimulatedTrials
 from rayspec.tune import run_study
-from rayspec.tune._lock import LOCK_NAME
 from rayspec.tune._lock import StudyLockedError
 from rayspec.tune._lock import study_lock
 from tests.helpers import REPO
@@ -67,7 +67,7 @@ def test_a_dead_drivers_lock_is_taken_over(tmp_path) -> None:
     os.makedirs(cfg.out_dir)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip
-    with open(os.path.join(cfg.out_dir, LOCK_NAME), "w") as fh:
+    with open(StudyFolder(cfg.out_dir).lock, "w") as fh:
         json.dump({"pid": int(dead.stdout), "host": "gone", "start_unix_s": 0}, fh)
     lines: list[str] = []
     outcome = run_study(cfg, printer=lines.append, trial_fn=SimulatedTrials())

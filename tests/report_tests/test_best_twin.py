@@ -11,9 +11,9 @@ import time
 import httpx
 
 from rayspec._config import load_config
+from rayspec.results import write_best
+from rayspec.store import StudyFolder
 from rayspec.testing._twin import free_port
-from rayspec.tune._report import TWIN_SCRIPT
-from rayspec.tune._report import write_best
 from tests.report_tests.conftest import simulated_study
 
 
@@ -25,11 +25,11 @@ def test_best_twin_sh_serves_the_pick_on_the_twin(tmp_path) -> None:
     assert paths is not None
     with open(paths[1], encoding="utf-8") as fh:
         best_sh = fh.read()
-    twin_sh = os.path.join(made.out_dir, TWIN_SCRIPT)
+    twin_sh = StudyFolder(made.out_dir).best_twin_sh
     with open(twin_sh, encoding="utf-8") as fh:
         twin_text = fh.read()
     assert "-m sglang.launch_server" in best_sh
-    assert f"{TWIN_SCRIPT} beside this file serves it" in best_sh
+    assert "best-twin.sh beside this file serves it" in best_sh
     assert "-m rayspec.twin.server" in twin_text and "sglang.launch_server" not in twin_text
     # The same flags as best.sh's SGLang line, model paths and the twin's own flags aside.
     sglang_flags = best_sh.splitlines()[-1].split("launch_server", 1)[1].split()
@@ -62,10 +62,10 @@ def test_a_real_study_has_no_twin_script(tmp_path) -> None:
     made = simulated_study(str(tmp_path), max_restarts=3)
     cfg = load_config(os.path.join(tmp_path, "exp.yaml"))
     assert write_best(cfg, made.outcome.report) is not None
-    assert os.path.exists(os.path.join(made.out_dir, TWIN_SCRIPT))
+    assert os.path.exists(StudyFolder(made.out_dir).best_twin_sh)
     real = load_config(
         os.path.join(tmp_path, "exp.yaml"),
         ["server.engine=sglang", "server.model_path=/m", "server.draft_model_path=/d"],
     )
     assert write_best(real, made.outcome.report) is not None
-    assert not os.path.exists(os.path.join(made.out_dir, TWIN_SCRIPT))
+    assert not os.path.exists(StudyFolder(made.out_dir).best_twin_sh)

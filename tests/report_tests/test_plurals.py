@@ -9,8 +9,8 @@ import re
 
 from rayspec.report._load import load_study_folder
 from rayspec.report._markdown import _summary
+from rayspec.results import deploy_script
 from rayspec.store import ParquetTrialStore
-from rayspec.tune._report import deploy_script
 from tests.report_tests.conftest import Study
 
 _ONE_MANY = re.compile(

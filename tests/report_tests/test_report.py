@@ -20,8 +20,8 @@ from rayspec.report._load import load_study_folder
 from rayspec.report._markdown import table_rows
 from rayspec.search import SearchSpace
 from rayspec.search import canonical_key
+from rayspec.store import StudyFolder
 from rayspec.store import trial_schema
-from rayspec.tune._report import SPACE_FILE
 from tests.helpers import REPO
 from tests.report_tests.conftest import Study
 from tests.report_tests.conftest import simulated_study
@@ -151,7 +151,7 @@ def test_the_command_line_rebuilds_it_without_the_study(study: Study, tmp_path) 
 
 
 def test_the_report_candidates_are_the_search_spaces_own(study: Study) -> None:
-    with open(os.path.join(study.out_dir, SPACE_FILE), encoding="utf-8") as fh:
+    with open(StudyFolder(study.out_dir).search_space, encoding="utf-8") as fh:
         space = SearchSpace.from_json(fh.read())
     data = load_study_folder(study.out_dir)
     rows = _rows(study)
@@ -170,7 +170,7 @@ def test_the_report_candidates_are_the_search_spaces_own(study: Study) -> None:
 def test_an_older_folder_reads_its_space_from_the_optuna_study(study: Study, tmp_path) -> None:
     copy = str(tmp_path / "copy")
     shutil.copytree(study.out_dir, copy, ignore=shutil.ignore_patterns("report.md", "plots"))
-    os.remove(os.path.join(copy, SPACE_FILE))  # a study written before the folder kept it
+    os.remove(StudyFolder(copy).search_space)  # a study written before the folder kept it
     assert table_rows(load_study_folder(copy)) == table_rows(load_study_folder(study.out_dir))
     os.remove(os.path.join(copy, "optuna.journal"))
     assert main([copy]) == 2  # no space to read the parameters with: one line, exit 2

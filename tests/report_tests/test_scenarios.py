@@ -14,9 +14,9 @@ from rayspec._types import TrialState
 from rayspec.report import write_report
 from rayspec.report._load import load_study_folder
 from rayspec.report._plots import scenario_values
+from rayspec.results import save_space
 from rayspec.search import SearchSpace
 from rayspec.store import ParquetTrialStore
-from rayspec.tune._report import save_space
 
 LAUNCH = LaunchSpec(
     argv=("python", "-m", "sglang.launch_server", "--port", "30000"), env=(), host="127.0.0.1",

@@ -17,10 +17,10 @@ from rayspec import StoreError
 from rayspec import TrialRecord
 from rayspec import TrialResult
 from rayspec._types import TrialState
+from rayspec.results import candidate_reader
 from rayspec.search import SearchSpace
 from rayspec.store import ParquetTrialStore
 from rayspec.store import request_record
-from rayspec.tune._report import candidate_reader
 
 # Flags declared out of name order: the candidate keeps the declared order, which a reader
 # of the row's sorted parameter JSON alone cannot know.

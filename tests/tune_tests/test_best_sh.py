@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from rayspec._config import load_config
 from rayspec._types import Candidate
-from rayspec.tune._report import Row
-from rayspec.tune._report import deploy_script
+from rayspec.results import Row
+from rayspec.results import deploy_script
 from tests.helpers import FIELD_EXPERIMENT
 from tests.helpers import TWIN_EXPERIMENT
 

@@ -6,10 +6,10 @@ import math
 
 from rayspec import Candidate
 from rayspec import SpecSettings
+from rayspec.results import cost_key
 from rayspec.tune._decide import Measured
 from rayspec.tune._decide import cannot_beat
 from rayspec.tune._decide import comparison_metrics
-from rayspec.tune._decide import cost_key
 
 INCUMBENT = [94.0, 95.1, 93.8, 96.9, 94.3]  # spread like the field's 2-step runs
 

@@ -12,8 +12,8 @@ from rayspec._config import load_config
 from rayspec._text import one_line
 from rayspec._text import unsafe_char
 from rayspec._types import Candidate
-from rayspec.tune._report import Row
-from rayspec.tune._report import deploy_script
+from rayspec.results import Row
+from rayspec.results import deploy_script
 from tests.helpers import twin_doc
 from tests.helpers import write_experiment
 

@@ -72,10 +72,10 @@ def test_optunas_samplers_never_run_a_configuration_that_runs_in_another_slot(
 ) -> None:
     """A draw of a running configuration waits for it, holding no slot, and reuses its result;
     every trial keeps its row and none is left running."""
+    from rayspec.results import candidate_reader
     from rayspec.search import SearchSpace
     from rayspec.search import open_study
     from rayspec.store import ParquetTrialStore
-    from rayspec.tune._report import candidate_reader
 
     cfg = _small_space(tmp_path, sampler)
     trials = SlottedTrials()
@@ -123,10 +123,10 @@ def test_held_draws_of_a_trial_that_found_no_room_are_queued_again_with_their_ro
     finds no room (``no_placement``), so nothing may start and nothing can be reused: each held
     trial is recorded interrupted and queued again, none is left running."""
     from rayspec._exceptions import FailureReason
+    from rayspec.results import candidate_reader
     from rayspec.search import SearchSpace
     from rayspec.search import open_study
     from rayspec.store import ParquetTrialStore
-    from rayspec.tune._report import candidate_reader
     from rayspec.tune._trial import failed_result
     from tests.helpers import twin_doc
     from tests.helpers import write_experiment

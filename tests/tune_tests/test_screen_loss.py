@@ -10,14 +10,14 @@ from collections.abc import Sequence
 
 from rayspec._config import load_config
 from rayspec._exceptions import LaunchError
+from rayspec.results import candidate_reader
 from rayspec.screen import BaseNcclScreen
 from rayspec.screen import ScreenResult
 from rayspec.search import SearchSpace
 from rayspec.store import ParquetTrialStore
+from rayspec.store import StudyFolder
 from rayspec.testing import SimulatedTrials
 from rayspec.tune import run_study
-from rayspec.tune._report import candidate_reader
-from rayspec.tune._screen import screen_path
 from tests.helpers import TWIN_EXPERIMENT
 
 
@@ -46,7 +46,7 @@ def test_a_screen_whose_node_dies_leaves_the_study_without_a_ranking(tmp_path) -
     assert any(
         line.startswith("NCCL screen: stopped (the NCCL screen's actor died") for line in lines
     )
-    assert not os.path.exists(screen_path(cfg))  # a resume screens again
+    assert not os.path.exists(StudyFolder(cfg.out_dir).nccl_screen)  # a resume screens again
     # Without a ranking only the default and the enqueued NCCL sets are launched.
     space = SearchSpace.from_config(cfg.search)
     enqueued = space.candidate(space.coerce(cfg.study.enqueue[0])).nccl_env

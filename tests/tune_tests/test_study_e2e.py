@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from rayspec._config import load_config
+from rayspec.results import write_best
 from rayspec.store import ParquetTrialStore
 from rayspec.tune import run_study
-from rayspec.tune._report import write_best
 from tests.helpers import REPO
 from tests.helpers import TWIN_EXPERIMENT
 from tests.helpers import free_port_block

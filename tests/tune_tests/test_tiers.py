@@ -8,9 +8,9 @@ import os
 from rayspec import Candidate
 from rayspec import SpecSettings
 from rayspec._config import load_config
-from rayspec.tune._report import Row
-from rayspec.tune._report import StudyReport
-from rayspec.tune._report import deploy_config
+from rayspec.results import Row
+from rayspec.results import StudyReport
+from rayspec.results import deploy_config
 from rayspec.tune._tiers import adaptive_tiers
 from rayspec.tune._tiers import write_adaptive_tiers
 from tests.helpers import TWIN_EXPERIMENT

@@ -1,0 +1,50 @@
+"""A study's results: the configuration table and the pick, and the files that deploy it.
+
+Both composers read a study's outcome through this package: ``rayspec.tune`` at the end of a
+study (the terminal table, ``best.yaml``, ``best.sh``) and ``rayspec.report`` from a study folder
+(``report.md``). It reads only stored records and what the study saved beside them.
+"""
+
+from __future__ import annotations
+
+from rayspec.results._deploy import DRAFT_PLACEHOLDER
+from rayspec.results._deploy import MODEL_PLACEHOLDER
+from rayspec.results._deploy import deploy_config
+from rayspec.results._deploy import deploy_script
+from rayspec.results._deploy import twin_script
+from rayspec.results._deploy import write_best
+from rayspec.results._pick import GATE_UNCHECKED
+from rayspec.results._pick import build_report
+from rayspec.results._pick import candidate_reader
+from rayspec.results._pick import cost_key
+from rayspec.results._pick import observations_from_records
+from rayspec.results._saved import load_equivalence
+from rayspec.results._saved import load_space
+from rayspec.results._saved import save_space
+from rayspec.results._table import WITHIN_NOISE
+from rayspec.results._table import Row
+from rayspec.results._table import StudyReport
+from rayspec.results._table import vs_baseline
+from rayspec.results._table import within_noise
+
+__all__ = [
+    "DRAFT_PLACEHOLDER",
+    "GATE_UNCHECKED",
+    "MODEL_PLACEHOLDER",
+    "WITHIN_NOISE",
+    "Row",
+    "StudyReport",
+    "build_report",
+    "candidate_reader",
+    "cost_key",
+    "deploy_config",
+    "deploy_script",
+    "load_equivalence",
+    "load_space",
+    "observations_from_records",
+    "save_space",
+    "twin_script",
+    "vs_baseline",
+    "within_noise",
+    "write_best",
+]

@@ -1,0 +1,159 @@
+"""The files a study hands the user: ``best.yaml`` (the pick as data), ``best.sh`` (the pick as
+the real SGLang launch) and, for a twin study, ``best-twin.sh`` (the pick on the twin).
+
+Comment lines are written through :func:`rayspec._text.one_line` and every argument through
+:func:`rayspec._text.shell_quote`: nothing a value carries becomes a line of a script.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any
+
+import yaml
+
+from rayspec._config import Engine
+from rayspec._config import ExperimentConfig
+from rayspec._plural import plural
+from rayspec._text import one_line
+from rayspec._text import shell_quote
+from rayspec.results._saved import write_text
+from rayspec.results._table import Row
+from rayspec.results._table import StudyReport
+from rayspec.results._table import vs_baseline
+from rayspec.server import build_launch
+from rayspec.store import StudyFolder
+
+__all__ = [
+    "DRAFT_PLACEHOLDER",
+    "MODEL_PLACEHOLDER",
+    "deploy_config",
+    "deploy_script",
+    "twin_script",
+    "write_best",
+]
+
+MODEL_PLACEHOLDER = "${MODEL_PATH}"
+DRAFT_PLACEHOLDER = "${DRAFT_MODEL_PATH}"
+
+
+def deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The experiment as a real SGLang launch (a twin study deploys to SGLang too), with the
+    interpreter the study measured (``server.python``), else ``python`` from the PATH."""
+    real = cfg.server.engine is Engine.sglang
+    server = dataclasses.replace(
+        cfg.server,
+        engine=Engine.sglang,
+        python=(cfg.server.python if real else "") or "python",
+        model_path=cfg.server.model_path if real else MODEL_PLACEHOLDER,
+        draft_model_path=cfg.server.draft_model_path if real else DRAFT_PLACEHOLDER,
+    )
+    return dataclasses.replace(cfg, server=server)
+
+
+def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
+    """A bash script with the exact environment and ``python -m sglang.launch_server`` line."""
+    dcfg = deploy_config(cfg)
+    launch = build_launch(dcfg, row.candidate, port=cfg.server.port, log_path="-")
+    placeholders = {
+        MODEL_PLACEHOLDER: '"${MODEL_PATH:?set MODEL_PATH to the target model}"',
+        DRAFT_PLACEHOLDER: '"${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the EAGLE-3 drafter}"',
+    }
+    quoted = [placeholders.get(arg) or shell_quote(arg) for arg in launch.argv]
+    vs = vs_baseline(row, baseline, noise=True)
+    # Comment lines are written through one_line: a line break in a value would end the
+    # comment and make the rest a command of the script.
+    comments = [
+        f"rayspec study {cfg.study.name}, trial {row.trial}: {row.label}",
+        f"{row.tok_s_mean:.1f} tok/s ({plural(row.starts, 'server start')} x "
+        f"{plural(row.runs // max(1, row.starts), 'run')} pooled), {row.tok_s_peak:.1f} peak, "
+        f"{vs} vs baseline" + (f" ({baseline.tok_s_mean:.1f} tok/s)" if baseline else ""),
+    ]
+    if cfg.server.engine is Engine.twin:
+        comments.append(
+            f"MEASURED ON THE DIGITAL TWIN (profile {cfg.server.twin.profile}), not on GPUs: "
+            "re-measure on a real node before deploying."
+        )
+        twin_sh = os.path.basename(StudyFolder(cfg.out_dir).best_twin_sh)
+        comments.append(f"Without GPUs: {twin_sh} beside this file serves it on the twin.")
+    lines = ["#!/usr/bin/env bash", *(f"# {one_line(text)}" for text in comments)]
+    lines += ["set -euo pipefail"]
+    if launch.unset_env:
+        lines.append("unset " + " ".join(launch.unset_env))
+    lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
+    lines.append("exec " + " ".join(quoted) + ' "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def twin_script(cfg: ExperimentConfig, row: Row) -> str:
+    """A twin study's pick on the twin, where the study ran: ``python -m rayspec.twin.server``
+    with best.sh's flags and environment, the study's interpreter, no injected fault."""
+    twin = dataclasses.replace(cfg.server.twin, fault="")
+    tcfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, twin=twin))
+    launch = build_launch(tcfg, row.candidate, port=cfg.server.port, log_path="-", trial=row.trial)
+    lines = [
+        "#!/usr/bin/env bash",
+        "# "
+        + one_line(
+            f"rayspec study {cfg.study.name}, trial {row.trial}, on the digital twin "
+            "(simulated): best.sh beside this file is the real SGLang launch."
+        ),
+        "set -euo pipefail",
+    ]
+    if launch.unset_env:
+        lines.append("unset " + " ".join(launch.unset_env))
+    lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
+    lines.append("exec " + " ".join(shell_quote(a) for a in launch.argv) + ' "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | None:
+    """Write ``<out>/best.yaml`` and ``<out>/best.sh``; None when no trial completed."""
+    best = report.best
+    if best is None:
+        return None
+    dcfg = deploy_config(cfg)
+    launch = build_launch(dcfg, best.candidate, port=cfg.server.port, log_path="-")
+    base = report.baseline
+    doc: dict[str, Any] = {
+        "study": cfg.study.name,
+        "engine": cfg.server.engine.value,
+        "measured_on": (
+            f"digital twin, profile {cfg.server.twin.profile} (simulated)"
+            if cfg.server.engine is Engine.twin
+            else "sglang"
+        ),
+        "trial": best.trial,
+        "config": best.label,
+        "tok_s_mean": round(best.tok_s_mean, 3),
+        "tok_s_peak": round(best.tok_s_peak, 3),
+        "accept_length": None if math.isnan(best.accept_length) else round(best.accept_length, 4),
+        "baseline": None
+        if base is None
+        else {"trial": base.trial, "config": base.label, "tok_s_mean": round(base.tok_s_mean, 3)},
+        "vs_baseline": None if base is None else round(best.tok_s_mean / base.tok_s_mean - 1, 4),
+        "speculative": None if best.candidate.spec is None else {
+            "algorithm": best.candidate.spec.algorithm,
+            "num_steps": best.candidate.spec.num_steps,
+            "eagle_topk": best.candidate.spec.eagle_topk,
+            "num_draft_tokens": best.candidate.spec.num_draft_tokens,
+            "adaptive": best.candidate.spec.adaptive,
+            "overlap": best.candidate.spec.overlap,
+        },
+        "env": dict(launch.env),
+        "unset_env": list(launch.unset_env),
+        "argv": list(launch.argv),
+    }  # fmt: skip
+    folder = StudyFolder(cfg.out_dir)
+    os.makedirs(folder.root, exist_ok=True)
+    write_text(folder.best_yaml, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    write_text(folder.best_sh, deploy_script(cfg, best, base))
+    os.chmod(folder.best_sh, 0o755)
+    if cfg.server.engine is Engine.twin:
+        write_text(folder.best_twin_sh, twin_script(cfg, best))
+        os.chmod(folder.best_twin_sh, 0o755)
+    elif os.path.exists(folder.best_twin_sh):
+        os.remove(folder.best_twin_sh)  # a real study's folder holds no twin line
+    return folder.best_yaml, folder.best_sh
