@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from rayspec.metrics import EXPORTER_FILE  # the metrics reader names it (it imports no store)
+
 __all__ = ["StudyFolder"]
 
 
@@ -88,6 +90,11 @@ class StudyFolder:
     def nccl_screen(self) -> str:
         """The NCCL screen's classes, reused by a resumed study."""
         return os.path.join(self.root, "nccl_screen.json")
+
+    @property
+    def ray_metrics(self) -> str:
+        """Where this study's Ray metrics are exported (``python -m rayspec.metrics``)."""
+        return os.path.join(self.root, EXPORTER_FILE)
 
     @property
     def adaptive_tiers(self) -> str:

@@ -19,6 +19,7 @@ from rayspec.search import SearchSpace
 from rayspec.search import validate_enqueue
 from rayspec.search._study import check_grid
 from rayspec.search._study import check_resumable
+from rayspec.store import StudyFolder
 from rayspec.tune._node import NodeProbes
 from rayspec.tune._node import check_nccl_values
 from rayspec.tune._node import check_node
@@ -136,7 +137,8 @@ def _check_storage(cfg: ExperimentConfig) -> None:
                 "(sqlite does not create it); create it or choose another path"
             )
     else:
-        path, what, name = os.path.abspath(url), "the journal", "optuna.journal"
+        path, what = os.path.abspath(url), "the journal"
+        name = os.path.basename(StudyFolder(path).journal)
     if os.path.isdir(path):
         raise ConfigError(
             f"study.storage: {url} is a folder; {what} must be a file (e.g. {url}/{name})"

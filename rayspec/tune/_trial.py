@@ -37,6 +37,7 @@ from rayspec.bench import summarize
 from rayspec.server import ServerActor
 from rayspec.server import build_launch
 from rayspec.server import parse_decode_lines
+from rayspec.store import StudyFolder
 from rayspec.tune._cluster import NODE_RESOURCE_SHARE
 from rayspec.tune._placement import PlacementTimeout
 from rayspec.tune._placement import await_placement
@@ -159,7 +160,7 @@ def objective_scenario(cfg: ExperimentConfig) -> str:
 
 
 def trial_log_path(cfg: ExperimentConfig, number: int) -> str:
-    return os.path.join(os.path.abspath(cfg.out_dir), "logs", f"trial-{number:06d}.log")
+    return StudyFolder(os.path.abspath(cfg.out_dir)).log_file(number)
 
 
 def failed_result(

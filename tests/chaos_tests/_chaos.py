@@ -44,7 +44,7 @@ from rayspec._config import load_config
 from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import StoreError
-from rayspec.search._study import StoredTrial
+from rayspec.search import StoredTrial
 from rayspec.testing import SimulatedTrials
 from rayspec.tune import run_study
 from tests.helpers import TWIN_EXPERIMENT

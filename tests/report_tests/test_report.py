@@ -204,3 +204,23 @@ def test_write_report_returns_what_it_wrote(study: Study) -> None:
     assert files.markdown == os.path.join(study.out_dir, "report.md")
     assert len(files.drawn) >= 4 and all(os.path.isfile(p.path) for p in files.drawn)
     assert all(p.skipped for p in files.plots if not p.path)
+
+
+def test_a_journal_with_a_torn_tail_is_read_as_optuna_replays_it(study: Study, tmp_path) -> None:
+    """A crash mid-append leaves a last line that is not UTF-8, on which Optuna's own reader
+    trips: the report reads the records before it (from a copy), and writes nothing there."""
+    copy = str(tmp_path / "copy")
+    shutil.copytree(study.out_dir, copy, ignore=shutil.ignore_patterns("report.md", "plots"))
+    journal = StudyFolder(copy).journal
+    with open(journal, "ab") as fh:
+        fh.write(b'{"op_code": 5, "worker_id": "\xff\xfe')  # torn: no newline, not UTF-8
+    with open(journal, "rb") as fh:
+        before = fh.read()
+    files = sorted(os.listdir(copy))
+    data = load_study_folder(copy)
+    assert data.study is not None, data.study_note
+    assert data.study.importances and data.attrs["engine"] == "twin"
+    assert table_rows(data) == table_rows(load_study_folder(study.out_dir))
+    with open(journal, "rb") as fh:
+        assert fh.read() == before  # read-only: no repair
+    assert sorted(os.listdir(copy)) == files  # and no lock file left beside it
