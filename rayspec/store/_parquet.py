@@ -473,8 +473,7 @@ class ParquetTrialStore(BaseTrialStore):
         Raises:
             StoreError: the rows cannot be read.
         """
-        rows = self.load_trials().to_pylist()
-        return [record_of_row(r, candidate) for r in sorted(rows, key=lambda r: int(r["trial"]))]
+        return [record_of_row(r, candidate) for r in self.trial_rows()]
 
     def trial_rows(self) -> list[dict[str, Any]]:
         """Every trial row as a dict of its columns, in trial order (what users read).
