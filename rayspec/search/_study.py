@@ -1,8 +1,8 @@
 """The Optuna study: storage, sampler, resume, and the one place a trial's outcome is told.
 
-This module is the only one that touches Optuna objects. The driver sees a
-:class:`StudyHandle` and the :class:`TrialHandle` it hands out; Optuna's public ask/tell API and
-``suggest_*`` are all that is used.
+This module is the only one that writes to Optuna (``_stored.py`` reads a stored study back
+without writing). The driver sees a :class:`StudyHandle` and the :class:`TrialHandle` it hands
+out; Optuna's public ask/tell API and ``suggest_*`` are all that is used.
 
 How outcomes are told (:meth:`StudyHandle.tell`):
 
