@@ -17,6 +17,9 @@ from rayspec.search._posterior import Noise
 from rayspec.search._posterior import prob_better
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
+from rayspec.search._strategy import SamplerStrategy
+from rayspec.search._strategy import Strategy
+from rayspec.search._strategy import Wait
 from rayspec.search._structured import Proposal
 from rayspec.search._structured import StructuredSearch
 from rayspec.search._structured import wants_more_runs
@@ -35,11 +38,14 @@ __all__ = [
     "Pick",
     "Point",
     "Proposal",
+    "SamplerStrategy",
     "SearchSpace",
     "StoredTrial",
+    "Strategy",
     "StructuredSearch",
     "StudyHandle",
     "TrialHandle",
+    "Wait",
     "canonical_key",
     "open_study",
     "pick",
