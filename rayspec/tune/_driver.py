@@ -1,19 +1,15 @@
 """The study loop: screen NCCL, ask the strategy for the next configuration, run it on a free
-slot, store every result, tell Optuna, until the restart budget is spent or the search has its
-answer.
+slot, store every result, tell Optuna, until the restart budget is spent or the search is done.
 
 The budget is counted in server launches (``study.max_restarts``): a result reused from an
-identical configuration, or a configuration refused before launch, costs none
-(:mod:`~rayspec.tune._reuse`). The next configuration comes from the study's
-:class:`~rayspec.search.Strategy` (:mod:`~rayspec.tune._strategy` builds it: the structured
-search, or Optuna's sampler); whatever it is, the Optuna study stays the record
-(optuna-dashboard shows every trial). Queued configurations (the baseline, ``study.enqueue``,
-retries) go before anything the strategy proposes.
+identical configuration, or one refused before launch, costs none (``_reuse``). Queued
+configurations (the baseline, ``study.enqueue``, retries) go first; then the study's
+:class:`~rayspec.search.Strategy` (built by ``_strategy``: the structured search or Optuna's
+sampler) chooses, and the Optuna study stays the record (optuna-dashboard shows every trial).
 
-The jobs around the loop live in their own modules: recovery after a killed driver
-(``_recovery``), the budget (``_budget``), slots (``_room``), the run-by-run judge
-(``_runs``), recording a finished trial (``_recorder``), the correctness gate (``_gate``), the
-pick line (``_pick``) and the progress lines (``_progress``).
+Around the loop, one module per job: recovery after a killed driver (``_recovery``), the
+budget (``_budget``), slots (``_room``), the run-by-run judge (``_runs``), recording a trial
+(``_recorder``), the correctness gate (``_gate``), the pick line (``_pick``), progress lines.
 """
 
 from __future__ import annotations
@@ -32,6 +28,7 @@ from rayspec._types import TrialResult
 from rayspec.screen import BaseNcclScreen
 from rayspec.search import Observation
 from rayspec.search import SearchSpace
+from rayspec.search import Strategy
 from rayspec.search import TrialHandle
 from rayspec.search import Wait
 from rayspec.search import canonical_key
@@ -53,6 +50,7 @@ from rayspec.tune._progress import PlainProgress
 from rayspec.tune._progress import TrialLines
 from rayspec.tune._recorder import Recorder
 from rayspec.tune._recovery import recover
+from rayspec.tune._recovery import retry_lost
 from rayspec.tune._report import StudyReport
 from rayspec.tune._report import build_report
 from rayspec.tune._report import candidate_reader
@@ -136,6 +134,7 @@ def run_study(
     write_report: bool = False,
     progress: PlainProgress | None = None,
     space: SearchSpace | None = None,
+    strategy: Strategy | None = None,
 ) -> StudyOutcome:
     """Create or resume the study and run it until its budget is spent or it has its answer.
 
@@ -154,11 +153,13 @@ def run_study(
         progress: shows phases, runs and the pick (default: plain lines through ``printer``;
             the CLI passes a live display on a terminal).
         space: the experiment's search space when the caller has built it (else built here).
+        strategy: chooses the configurations (default: the one ``study.sampler`` names).
     """
     with study_lock(cfg.out_dir, printer):
         return _run_study(
             cfg, space or SearchSpace.from_config(cfg.search), printer=printer, slots=slots,
             trial_fn=trial_fn, screen=screen, write_report=write_report, progress=progress,
+            strategy=strategy,
         )  # fmt: skip
 
 
@@ -172,6 +173,7 @@ def _run_study(
     screen: BaseNcclScreen | None,
     write_report: bool,
     progress: PlainProgress | None,
+    strategy: Strategy | None,
 ) -> StudyOutcome:
     """:func:`run_study` with the study lock held."""
     t0 = time.monotonic()
@@ -202,7 +204,8 @@ def _run_study(
         return StudyOutcome(
             final, 0, done_before, time.monotonic() - t0, restarts=budget.restarts, stopped=idle
         )
-    strategy = make_strategy(cfg, space, printer, screen)
+    if strategy is None:
+        strategy = make_strategy(cfg, space, printer, screen)
     equivalent = strategy.equivalent
     observations: list[Observation] = observations_from_records(records, roles)
     gate = make_gate(cfg, store, roles, records, printer)
@@ -305,17 +308,7 @@ def _run_study(
                         halted = True
                         stopped = held_outside
                         printer(f"trial {trial.number}: {result.failure_detail}")
-                    if result.failure in (FailureReason.NODE_LOST, FailureReason.ACTOR_LOST):
-                        # Queued before the row is written: a driver killed in between leaves
-                        # a RUNNING trial whose retry exists (recovery does not queue another).
-                        again = handle.retry_elsewhere(trial)
-                        what = ("its node died" if result.failure == FailureReason.NODE_LOST
-                                else "its server actor's worker died")  # fmt: skip
-                        printer(
-                            f"trial {trial.number}: {what} ({result.node}); "
-                            + ("queued again for another node" if again
-                               else "not queued again (it was the retry of a lost trial)")
-                        )  # fmt: skip
+                    retry_lost(handle, trial, result, printer)  # before its row is written
                     record(trial, result, None)
                     held.release(trial.number)
             for trial in [*unstarted, *held.drain()]:

@@ -1,4 +1,5 @@
-"""Reconciling Optuna with Parquet after a killed driver, before the study goes on.
+"""Reconciling Optuna with Parquet after a killed driver, before the study goes on; queueing
+again a trial lost with its node.
 
 Order of writes per trial is the Parquet row first, then ``tell``. A driver killed between the
 two leaves a RUNNING trial whose row exists; the next driver tells Optuna from that row, so the
@@ -15,14 +16,16 @@ from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
+from rayspec._types import TrialResult
 from rayspec._types import TrialState
 from rayspec.search import StudyHandle
+from rayspec.search import TrialHandle
 from rayspec.search._space import ATTR_QUEUED
 from rayspec.store import ParquetTrialStore
 from rayspec.tune._report import candidate_reader
 from rayspec.tune._trial import failed_result
 
-__all__ = ["recover"]
+__all__ = ["recover", "retry_lost"]
 
 
 def _candidate_of(handle: StudyHandle, params: dict[str, Any]) -> Candidate:
@@ -75,3 +78,23 @@ def recover(handle: StudyHandle, store: ParquetTrialStore, printer: Callable[[st
         handle.fail(t.number)
         printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")
     # A finished trial without a row was rebuilt before the study was opened (_agree.py).
+
+
+def retry_lost(
+    handle: StudyHandle, trial: TrialHandle, result: TrialResult, printer: Callable[[str], None]
+) -> None:
+    """Queue again (once) the configuration of a trial whose node or server actor died.
+
+    Called before the trial's row is written: a driver killed in between leaves a RUNNING
+    trial whose retry exists, and :func:`recover` does not queue another.
+    """
+    if result.failure not in (FailureReason.NODE_LOST, FailureReason.ACTOR_LOST):
+        return
+    again = handle.retry_elsewhere(trial)
+    what = ("its node died" if result.failure == FailureReason.NODE_LOST
+            else "its server actor's worker died")  # fmt: skip
+    printer(
+        f"trial {trial.number}: {what} ({result.node}); "
+        + ("queued again for another node" if again
+           else "not queued again (it was the retry of a lost trial)")
+    )  # fmt: skip
