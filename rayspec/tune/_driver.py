@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rayspec._config import ExperimentConfig
-from rayspec._exceptions import FailureReason
 from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import TrialResult
@@ -56,13 +55,13 @@ from rayspec.tune._report import build_report
 from rayspec.tune._report import candidate_reader
 from rayspec.tune._report import observations_from_records
 from rayspec.tune._report import save_space
+from rayspec.tune._reuse import held_result
 from rayspec.tune._reuse import instant_result
 from rayspec.tune._room import Room
 from rayspec.tune._runs import RunJudge
 from rayspec.tune._strategy import make_strategy
 from rayspec.tune._strategy import stored_equivalence
 from rayspec.tune._trial import LIVE_ACTORS
-from rayspec.tune._trial import failed_result
 from rayspec.tune._trial import run_trial
 
 __all__ = ["StudyOutcome", "idle_reason", "run_study"]
@@ -312,18 +311,7 @@ def _run_study(
                     record(trial, result, None)
                     held.release(trial.number)
             for trial in [*unstarted, *held.drain()]:
-                # Held, and its twin left no result to reuse when no launch may start: tried
-                # again on resume, as a trial the driver stopped.
-                instant, reused_from = instant_result(handle, trial, observations)
-                if instant is None:
-                    handle.requeue(trial)
-                    instant = failed_result(
-                        trial.number, trial.candidate, FailureReason.INTERRUPTED,
-                        f"the study stopped ({stopped or 'no room'}) before this trial, held "
-                        "while the same configuration ran in another slot, could start; its "
-                        "configuration was queued again",
-                    )  # fmt: skip
-                record(trial, instant, reused_from)
+                record(trial, *held_result(handle, trial, observations, stopped))
         except BaseException:
             # Ctrl-C, SIGTERM or a bug: stop every running server now rather than letting the
             # pool wait for trials to finish; their trials stay RUNNING and are retried on resume.

@@ -20,7 +20,7 @@ from rayspec.search._structured import NCCL_FAILURES
 from rayspec.search._study import ROLE_BASELINE_AGAIN
 from rayspec.tune._trial import failed_result
 
-__all__ = ["instant_result", "nccl_cause"]
+__all__ = ["held_result", "instant_result", "nccl_cause"]
 
 # Copied from the reused trial's attributes into the reuse's metrics.
 _REUSED_METRICS = ("tok_s_mean", "tok_s_peak", "tok_s_std", "accept_length")
@@ -112,3 +112,20 @@ def instant_result(
             failure_detail=f"same configuration as trial {previous.number}: result reused",
         ), previous.number
     return None, None
+
+
+def held_result(
+    handle: StudyHandle, trial: TrialHandle, observations: Sequence[Observation], stopped: str
+) -> tuple[TrialResult, int | None]:
+    """The result of a trial held while its configuration ran in another slot, when the study
+    stops before it could start: its twin's result reused, else failed as interrupted and its
+    configuration queued again (tried on resume, as a trial the driver stopped)."""
+    instant, reused_from = instant_result(handle, trial, observations)
+    if instant is not None:
+        return instant, reused_from
+    handle.requeue(trial)
+    return failed_result(
+        trial.number, trial.candidate, FailureReason.INTERRUPTED,
+        f"the study stopped ({stopped or 'no room'}) before this trial, held while the same "
+        "configuration ran in another slot, could start; its configuration was queued again",
+    ), None  # fmt: skip
