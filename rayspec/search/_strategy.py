@@ -25,15 +25,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rayspec._types import Candidate
+from rayspec.search._history import Env
 from rayspec.search._history import Observation
 
 if TYPE_CHECKING:
     from rayspec.search._study import StudyHandle
     from rayspec.search._study import TrialHandle
 
-__all__ = ["NcclEnv", "SamplerStrategy", "Strategy", "Wait"]
-
-NcclEnv = tuple[tuple[str, str], ...]
+__all__ = ["SamplerStrategy", "Strategy", "Wait"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ class Strategy(abc.ABC):
             running: the configurations running in other slots now.
         """
 
-    def equivalent(self, env: NcclEnv) -> NcclEnv:
+    def equivalent(self, env: Env) -> Env:
         """The NCCL set that stands for ``env`` when starts are pooled into one point (the
         structured search pools the sets its screen cannot tell apart); ``env`` itself by
         default."""

@@ -45,6 +45,7 @@ from rayspec._types import SpecSettings
 from rayspec._types import TrialState
 from rayspec.screen import ScreenReport
 from rayspec.search._history import FLOOR_STARTS
+from rayspec.search._history import Env
 from rayspec.search._history import Evidence
 from rayspec.search._history import Observation
 from rayspec.search._history import Point
@@ -62,7 +63,6 @@ from rayspec.search._space import P_OVERLAP
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
 from rayspec.search._space import is_adaptive
-from rayspec.search._strategy import NcclEnv
 from rayspec.search._strategy import Strategy
 from rayspec.search._strategy import Wait
 
@@ -210,7 +210,7 @@ class StructuredSearch(Strategy):
             return fallback
         return env
 
-    def equivalent(self, env: NcclEnv) -> NcclEnv:
+    def equivalent(self, env: Env) -> Env:
         """The NCCL set standing for ``env``'s screen class (``env`` without a screen)."""
         return self.screen.representative(env) if self.screen is not None else env
 

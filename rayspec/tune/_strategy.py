@@ -1,8 +1,9 @@
 """Which strategy a study runs (``study.sampler``), built once before the first ask.
 
-The one place that reads ``study.sampler`` to choose: the study loop sees a
-:class:`~rayspec.search.Strategy` and nothing else. The structured search needs the NCCL
-screen's ranking, so building it runs (or loads) the screen.
+The driver's one reader of ``study.sampler``: the study loop sees a
+:class:`~rayspec.search.Strategy` and nothing else (Optuna's sampler itself is built with the
+study, by :func:`~rayspec.search.open_study`). The structured search needs the NCCL screen's
+ranking, so building it runs (or loads) the screen.
 """
 
 from __future__ import annotations
