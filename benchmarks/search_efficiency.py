@@ -177,14 +177,14 @@ def one_study(case: str, strategy: str, seed: int, budget: int, slots: int = 1) 
             ],
         )
         peak = 1
+        space = SearchSpace.from_config(cfg.search)  # built once: the study and the picks
         if slots == 1:
-            run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
+            run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None, space=space)
         else:
             # A trial of the field protocol is a server start (minutes) plus its benchmark.
             trials = SlottedTrials(hold_s=0.2, per_bench_s=0.2 / 180)
-            run_study(cfg, trial_fn=trials, slots=slots, printer=lambda _line: None)
+            run_study(cfg, trial_fn=trials, slots=slots, printer=lambda _line: None, space=space)
             peak = trials.peak
-        space = SearchSpace.from_config(cfg.search)
         records = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(space))
         equivalent = load_equivalence(cfg.out_dir)
     roles = {r.trial: r.role for r in records if r.role}

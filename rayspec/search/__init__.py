@@ -20,6 +20,9 @@ from rayspec.search._space import canonical_key
 from rayspec.search._stored import StoredStudy
 from rayspec.search._stored import StoredTrial
 from rayspec.search._stored import read_stored_study
+from rayspec.search._strategy import SamplerStrategy
+from rayspec.search._strategy import Strategy
+from rayspec.search._strategy import Wait
 from rayspec.search._structured import Proposal
 from rayspec.search._structured import StructuredSearch
 from rayspec.search._structured import wants_more_runs
@@ -37,12 +40,15 @@ __all__ = [
     "Pick",
     "Point",
     "Proposal",
+    "SamplerStrategy",
     "SearchSpace",
     "StoredStudy",
     "StoredTrial",
+    "Strategy",
     "StructuredSearch",
     "StudyHandle",
     "TrialHandle",
+    "Wait",
     "canonical_key",
     "open_study",
     "pick",

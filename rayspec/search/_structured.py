@@ -20,7 +20,8 @@ the problem says the answer is (the README's *How it searches*):
 
 The strategy is a pure function of the observations (nothing to save or restore): a resumed
 study, or another driver, proposes exactly what this one would. ``propose`` returns None when
-nothing is left that could change the answer.
+nothing is left that could change the answer. As the study loop's :class:`~rayspec.search.Strategy`
+it queues each proposal into the Optuna study (:meth:`StructuredSearch.ask`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from collections.abc import Collection
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Any
 
 from rayspec._config import ADAPTIVE_SUFFIX
@@ -43,6 +45,7 @@ from rayspec._types import SpecSettings
 from rayspec._types import TrialState
 from rayspec.screen import ScreenReport
 from rayspec.search._history import FLOOR_STARTS
+from rayspec.search._history import Env
 from rayspec.search._history import Evidence
 from rayspec.search._history import Observation
 from rayspec.search._history import Point
@@ -60,6 +63,12 @@ from rayspec.search._space import P_OVERLAP
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
 from rayspec.search._space import is_adaptive
+from rayspec.search._strategy import Strategy
+from rayspec.search._strategy import Wait
+
+if TYPE_CHECKING:
+    from rayspec.search._study import StudyHandle
+    from rayspec.search._study import TrialHandle
 
 __all__ = ["Proposal", "StructuredSearch"]
 
@@ -105,7 +114,7 @@ class _View:
     fallback_nccl: tuple[tuple[str, str], ...]  # without a screen: the best measured set
 
 
-class StructuredSearch:
+class StructuredSearch(Strategy):
     """Propose the next configuration from what has been measured.
 
     Args:
@@ -120,6 +129,8 @@ class StructuredSearch:
             uncertain drop is looked past once).
         contend: a configuration whose chance of beating the best is at least this is
             re-launched before the study calls the best.
+        loads: how many loads (distinct concurrencies) the study measures; with several, no
+            speculation is measured in full (the adaptive tiers need it at every load).
     """
 
     def __init__(
@@ -133,6 +144,7 @@ class StructuredSearch:
         max_starts: int = 3,
         confident: float = 0.75,
         contend: float = 0.2,
+        loads: int = 1,
     ) -> None:
         self.space = space
         self.screen = screen
@@ -142,6 +154,7 @@ class StructuredSearch:
         self.max_starts = max_starts
         self.confident = confident
         self.contend = contend
+        self.loads = loads
         algos = [m for m in space.modes if m != SPEC_OFF and not is_adaptive(m)]
         self.algorithm = algos[0] if algos else None
         # SGLang's adaptive steps: one point each (topk 1, its own start).
@@ -151,6 +164,27 @@ class StructuredSearch:
         self.steps = sorted(space.num_steps)
         self.topks = sorted(space.eagle_topk)
         self.budgets = sorted(space.num_draft_tokens)
+
+    # -- the strategy seam ---------------------------------------------------------------------
+    def ask(
+        self,
+        study: StudyHandle,
+        observations: Sequence[Observation],
+        running: Sequence[Candidate],
+    ) -> TrialHandle | Wait:
+        """:meth:`propose`, queued into ``study`` with its reason (None: done once nothing
+        runs, since a running trial's result may still change the answer)."""
+        proposal = self.propose(observations, running)
+        if proposal is None:
+            if running:
+                return Wait()
+            return Wait(done="converged: no configuration left that could beat the pick")
+        return study.ask(proposal.candidate, reason=proposal.reason, repeat_of=proposal.repeat_of)
+
+    def measured_in_full(self, candidate: Candidate) -> bool:
+        """No speculation with several loads: pruned on the first load, it would leave the
+        others without the point the adaptive tiers need (0 steps where speculation loses)."""
+        return self.loads > 1 and candidate.spec is None
 
     # -- NCCL --------------------------------------------------------------------------------
     def _message_bytes(self, spec: SpecSettings | None) -> int:
@@ -176,7 +210,7 @@ class StructuredSearch:
             return fallback
         return env
 
-    def equivalent(self, env: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    def equivalent(self, env: Env) -> Env:
         """The NCCL set standing for ``env``'s screen class (``env`` without a screen)."""
         return self.screen.representative(env) if self.screen is not None else env
 

@@ -6,6 +6,8 @@ the restarts used and the pick so far); the object decides what to show.
 - :class:`PlainProgress` prints today's lines and nothing else: one per phase of a trial and
   one per finished trial. It is the choice whenever the output is not a terminal (CI, pipes,
   a log file), so logs read the same as before.
+- :class:`TrialLines` writes the finished-trial lines (``[restart 3/20] trial 5 (chain
+  ladder: 2 steps): ... -> 98.1 tok/s; pick ...``) to either.
 - :class:`LiveProgress` (a terminal) prints the same finished-trial lines and keeps a live
   panel under them (``rich``): restarts used of the budget, each running trial's phase
   (starting server, warm-up, run k of n), the best so far and its gain over the baseline, the
@@ -22,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -31,12 +34,18 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 from typing import TextIO
 
+from rayspec._plural import plural
+from rayspec._types import TrialResult
+from rayspec._types import TrialState
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.console import RenderableType
     from rich.live import Live
 
-__all__ = ["LiveProgress", "PickView", "PlainProgress", "make_progress"]
+    from rayspec.search import TrialHandle
+
+__all__ = ["LiveProgress", "PickView", "PlainProgress", "TrialLines", "make_progress"]
 
 Printer = Callable[[str], None]
 
@@ -307,3 +316,50 @@ def make_progress(
     if console.is_dumb_terminal:
         return PlainProgress(printer)
     return LiveProgress(console, warmup=warmup, max_wall_s=max_wall_s)
+
+
+class TrialLines:
+    """The finished-trial lines: restarts used of the budget, what ran and why, the pick so far;
+    shown by ``sink`` (plain lines, or a live display on a terminal)."""
+
+    def __init__(self, budget: int, used: int, sink: PlainProgress) -> None:
+        self.budget = budget
+        self.used = used
+        self.sink = sink
+        self.pick = "no pick yet"
+        self.pick_view: PickView | None = None
+
+    def set_pick(self, line: str, view: PickView | None) -> None:
+        """The pick so far, from every stored trial (a resumed study's earlier ones too)."""
+        self.pick, self.pick_view = line, view
+        self.sink.status(used=self.used, budget=self.budget, pick=view)
+
+    def phase(self, trial: int, phase: str) -> None:
+        self.sink.phase(trial, phase)
+
+    def finished(self, result: TrialResult, trial: TrialHandle, reused_from: int | None) -> None:
+        if result.launch is None:  # reused, or refused before launch: no server started
+            head = f"[no restart] trial {result.trial}"
+        elif not result.costs_restart:  # lost with its node (or interrupted): the retry counts
+            head = f"[not counted] trial {result.trial}"
+        else:
+            self.used += 1
+            head = f"[restart {self.used}/{self.budget}] trial {result.trial}"
+        why = f" ({trial.role or trial.reason})" if (trial.role or trial.reason) else ""
+        if result.state is TrialState.COMPLETE and result.value is not None:
+            what = f"{result.value:.1f} tok/s"
+            acc = result.metrics.get("accept_length")
+            if acc is not None and acc == acc:
+                what += f", accept len {acc:.2f}"
+            runs = result.metrics.get("runs")
+            if runs is not None and runs == runs:
+                what += f", {plural(int(runs), 'run')}"
+        elif result.state is TrialState.PRUNED:
+            mean = result.metrics.get("tok_s_mean", math.nan)
+            what = f"pruned at {mean:.1f} tok/s ({result.failure_detail})"
+        else:
+            what = f"{result.state.value} ({result.failure or 'no reason'})"
+        if reused_from is not None:  # no server started: the result is another trial's
+            what = f"reused trial {reused_from}: {what}"
+        self.sink.line(f"{head}{why}: {result.candidate.label()} -> {what}; {self.pick}")
+        self.sink.status(used=self.used, budget=self.budget, pick=self.pick_view)

@@ -1,0 +1,100 @@
+"""Reconciling Optuna with Parquet after a killed driver, before the study goes on; queueing
+again a trial lost with its node.
+
+Order of writes per trial is the Parquet row first, then ``tell``. A driver killed between the
+two leaves a RUNNING trial whose row exists; the next driver tells Optuna from that row, so the
+two stores agree and nothing measured is lost. A trial with no row is failed as interrupted and
+its configuration is queued again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rayspec._exceptions import ConfigError
+from rayspec._exceptions import FailureReason
+from rayspec._types import Candidate
+from rayspec._types import TrialRecord
+from rayspec._types import TrialResult
+from rayspec._types import TrialState
+from rayspec.results import candidate_reader
+from rayspec.search import StudyHandle
+from rayspec.search import TrialHandle
+from rayspec.search._space import ATTR_QUEUED
+from rayspec.store import ParquetTrialStore
+from rayspec.tune._trial import failed_result
+
+__all__ = ["recover", "retry_lost"]
+
+
+def _candidate_of(handle: StudyHandle, params: dict[str, Any]) -> Candidate:
+    try:
+        return handle.space.candidate(params) if params else Candidate()
+    except ConfigError:  # the space changed since: still record what happened
+        return Candidate()
+
+
+def recover(handle: StudyHandle, store: ParquetTrialStore, printer: Callable[[str], None]) -> None:
+    """Reconcile Optuna with Parquet after a killed driver.
+
+    Every step is idempotent and ordered so that a driver killed in the middle of it leaves a
+    state the next run repairs: the Parquet row first, then the retry, then Optuna's state.
+    """
+    stored = {r.trial: r.result for r in store.load_records(candidate_reader(handle.space))}
+    interrupted = FailureReason.INTERRUPTED.value
+    for t in handle.running():
+        row = stored.get(t.number)
+        if row is not None and row.failure != interrupted:
+            # Measured and stored, but the driver died before telling Optuna: nothing lost.
+            state = row.state
+            value = row.value if state is TrialState.COMPLETE else None
+            handle.tell_stored(t.number, state, value, row.failure)
+            printer(f"recovered trial {t.number} from its Parquet row ({state.value})")
+            continue
+        if row is None:
+            # Its configuration as queued (a kill while it was being sampled leaves some
+            # parameters only): a row's parameters are always a whole configuration, or none.
+            params = dict(t.attrs.get(ATTR_QUEUED) or t.params)
+            try:
+                handle.space.candidate(params) if params else None
+            except ConfigError:
+                params = {}
+            result = failed_result(
+                t.number,
+                _candidate_of(handle, params),
+                FailureReason.INTERRUPTED,
+                "the driver stopped while this trial ran; its configuration was queued again",
+                start=t.start_unix_s,
+            )
+            repeat = t.attrs.get("repeat_of")
+            store.append_trial(TrialRecord(
+                result, params=params, candidate_key=str(t.attrs.get("candidate_key", "")),
+                role=str(t.attrs.get("role", "")), reason=str(t.attrs.get("reason", "")),
+                repeat_of=int(repeat) if repeat is not None else None,
+            ))  # fmt: skip
+            stored[t.number] = result
+        handle.requeue(t)
+        handle.fail(t.number)
+        printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")
+    # A finished trial without a row was rebuilt before the study was opened (_agree.py).
+
+
+def retry_lost(
+    handle: StudyHandle, trial: TrialHandle, result: TrialResult, printer: Callable[[str], None]
+) -> None:
+    """Queue again (once) the configuration of a trial whose node or server actor died.
+
+    Called before the trial's row is written: a driver killed in between leaves a RUNNING
+    trial whose retry exists, and :func:`recover` does not queue another.
+    """
+    if result.failure not in (FailureReason.NODE_LOST, FailureReason.ACTOR_LOST):
+        return
+    again = handle.retry_elsewhere(trial)
+    what = ("its node died" if result.failure == FailureReason.NODE_LOST
+            else "its server actor's worker died")  # fmt: skip
+    printer(
+        f"trial {trial.number}: {what} ({result.node}); "
+        + ("queued again for another node" if again
+           else "not queued again (it was the retry of a lost trial)")
+    )  # fmt: skip
