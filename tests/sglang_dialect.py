@@ -28,9 +28,9 @@ import httpx
 
 from rayspec.bench import StreamClient
 from rayspec.bench import parse_metrics
+from rayspec.engines.sglang import parse_startup_summary
 from rayspec.server import parse_decode_lines
 from rayspec.server._backends import _PROBE_LINE
-from rayspec.server._logparse import parse_startup_summary
 
 RECORDED = Path(__file__).parent / "data" / "sglang-0.5.23-dialect.json"
 # The servers compared: the tiny models, without speculation and with an EAGLE-3 chain, as the

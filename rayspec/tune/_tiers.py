@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from rayspec._config import SPEC_OFF
 from rayspec._config import ExperimentConfig
 from rayspec._types import Candidate
+from rayspec.engines.sglang import sglang_features
 from rayspec.search._space import is_adaptive
 from rayspec.server import build_launch
-from rayspec.server._versions import sglang_features
 from rayspec.tune._report import DRAFT_PLACEHOLDER
 from rayspec.tune._report import MODEL_PLACEHOLDER
 from rayspec.tune._report import Row

@@ -14,13 +14,13 @@ from __future__ import annotations
 import pytest
 
 from rayspec import Candidate
-from rayspec._config import DEAD_FLAGS
-from rayspec._config import FILE_FLAGS
-from rayspec._config import MANAGED_FLAGS
-from rayspec._config import MULTICAST_FLAGS
 from rayspec._config import load_config
-from rayspec._config import sglang_reads_as
 from rayspec._exceptions import ConfigError
+from rayspec.engines.sglang import DEAD_FLAGS
+from rayspec.engines.sglang import FILE_FLAGS
+from rayspec.engines.sglang import MANAGED_FLAGS
+from rayspec.engines.sglang import MULTICAST_FLAGS
+from rayspec.engines.sglang import sglang_reads_as
 from rayspec.server import build_launch
 from tests.contract_tests._sglang import FakeModels
 from tests.contract_tests._sglang import ProbeCase
