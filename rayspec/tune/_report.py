@@ -26,10 +26,11 @@ from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StoreError
 from rayspec._plural import plural
 from rayspec._text import one_line
-from rayspec._text import shell_quote
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec._types import TrialState
+from rayspec.engines import deploy_lines
+from rayspec.engines import engine_named
 from rayspec.search import Equivalence
 from rayspec.search import Observation
 from rayspec.search import SearchSpace
@@ -385,7 +386,7 @@ def deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
     real = cfg.server.engine is Engine.sglang
     server = dataclasses.replace(
         cfg.server,
-        engine=Engine.sglang,
+        engine=Engine(engine_named(cfg.server.engine.value).deploys_as),
         python=(cfg.server.python if real else "") or "python",
         model_path=cfg.server.model_path if real else MODEL_PLACEHOLDER,
         draft_model_path=cfg.server.draft_model_path if real else DRAFT_PLACEHOLDER,
@@ -401,7 +402,6 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
         MODEL_PLACEHOLDER: '"${MODEL_PATH:?set MODEL_PATH to the target model}"',
         DRAFT_PLACEHOLDER: '"${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the EAGLE-3 drafter}"',
     }
-    quoted = [placeholders.get(arg) or shell_quote(arg) for arg in launch.argv]
     vs = _vs(row, baseline)
     # Comment lines are written through one_line: a line break in a value would end the
     # comment and make the rest a command of the script.
@@ -418,11 +418,7 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
         )
         comments.append(f"Without GPUs: {TWIN_SCRIPT} beside this file serves it on the twin.")
     lines = ["#!/usr/bin/env bash", *(f"# {one_line(text)}" for text in comments)]
-    lines += ["set -euo pipefail"]
-    if launch.unset_env:
-        lines.append("unset " + " ".join(launch.unset_env))
-    lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
-    lines.append("exec " + " ".join(quoted) + ' "$@"')
+    lines += ["set -euo pipefail", *deploy_lines(launch, placeholders)]
     return "\n".join(lines) + "\n"
 
 
@@ -440,11 +436,8 @@ def twin_script(cfg: ExperimentConfig, row: Row) -> str:
             "(simulated): best.sh beside this file is the real SGLang launch."
         ),
         "set -euo pipefail",
+        *deploy_lines(launch),
     ]
-    if launch.unset_env:
-        lines.append("unset " + " ".join(launch.unset_env))
-    lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
-    lines.append("exec " + " ".join(shell_quote(a) for a in launch.argv) + ' "$@"')
     return "\n".join(lines) + "\n"
 
 
