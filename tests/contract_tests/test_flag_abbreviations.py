@@ -3,7 +3,7 @@
 SGLang's ``argparse`` parser keeps ``allow_abbrev`` on, so ``--hos 0.0.0.0`` after rayspec's
 ``--host 127.0.0.1`` binds the server to every interface, and ``--tp-s 4`` overrides
 ``--tp-size``. Each abbreviation below goes to SGLang's ``prepare_server_args`` after a line
-rayspec built; the field SGLang set must be the one :func:`rayspec._config.sglang_reads_as`
+rayspec built; the field SGLang set must be the one :func:`rayspec.engines.sglang.sglang_reads_as`
 names, and rayspec must refuse the flag. SGLang's full option list then shows that no option
 of its own is a prefix of a protected flag (argparse would take it exactly, and rayspec would
 refuse a flag SGLang accepts).
