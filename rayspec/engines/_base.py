@@ -25,6 +25,7 @@ import enum
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from typing import Any
 
 from rayspec._text import shell_quote
 
@@ -274,14 +275,30 @@ class Engine(abc.ABC):
         """Ask ``python`` for the engine's version (a subprocess: argv, no shell, a timeout)."""
 
     @abc.abstractmethod
+    def context_length(self, text_config: Mapping[str, Any]) -> int | None:
+        """The context length the engine derives from a model's (language) config, or None."""
+
+    @abc.abstractmethod
+    def longer_context_allowed(self, env: Mapping[str, str]) -> bool:
+        """Whether the server's environment lets the engine take a longer context."""
+
+    @abc.abstractmethod
     def default_capture_ids(self, architecture: str | None, num_layers: int) -> list[int]:
         """The EAGLE-3 drafter's layer ids that match what the engine captures by default."""
+
+    @abc.abstractmethod
+    def default_captured_layers(self, architecture: str | None, num_layers: int) -> list[int]:
+        """The target layers the engine feeds an EAGLE-3 drafter whose config names no ids."""
 
     @abc.abstractmethod
     def captured_layers(
         self, architecture: str | None, ids: Sequence[int], num_layers: int
     ) -> list[int]:
         """The target layers the engine feeds an EAGLE-3 drafter whose config names ``ids``."""
+
+    @abc.abstractmethod
+    def highest_layer_id(self, architecture: str | None, num_layers: int) -> int:
+        """The largest layer id an EAGLE-3 drafter's config may name for the target."""
 
 
 def flag_name(arg: str) -> str:

@@ -10,7 +10,9 @@ Public names:
 - The launch: :func:`cuda_graph_flag`, :data:`SPEC_V2_ENV`.
 - The log: :func:`classify_failure`, :func:`parse_decode_line`, :func:`parse_decode_lines`,
   :func:`parse_startup_summary`, :class:`StartupSummary`.
-- The node: :func:`probe_sglang` (:data:`InstalledSGLang`), and the EAGLE-3 layer rules
+- The node: :func:`probe_sglang` (:data:`InstalledSGLang`), the context length
+  (:func:`context_length`, :func:`longer_context_allowed`, :data:`CONTEXT_LENGTH_FLAG`,
+  :data:`LONGER_CONTEXT_ENV`), and the EAGLE-3 layer rules
   :func:`captured_layers`, :func:`default_captured_layers`, :func:`default_capture_ids`,
   :func:`keeps_last_layer`.
 """
@@ -20,6 +22,10 @@ from __future__ import annotations
 from rayspec.engines.sglang._argv import SPEC_V2_ENV
 from rayspec.engines.sglang._argv import cuda_graph_flag
 from rayspec.engines.sglang._classify import classify_failure
+from rayspec.engines.sglang._context import CONTEXT_LENGTH_FLAG
+from rayspec.engines.sglang._context import LONGER_CONTEXT_ENV
+from rayspec.engines.sglang._context import context_length
+from rayspec.engines.sglang._context import longer_context_allowed
 from rayspec.engines.sglang._eagle import captured_layers
 from rayspec.engines.sglang._eagle import default_capture_ids
 from rayspec.engines.sglang._eagle import default_captured_layers
@@ -46,9 +52,11 @@ from rayspec.engines.sglang._versions import parse_sglang_version
 from rayspec.engines.sglang._versions import sglang_features
 
 __all__ = [
+    "CONTEXT_LENGTH_FLAG",
     "CONTRACT_PINNED_VERSIONS",
     "DEAD_FLAGS",
     "FILE_FLAGS",
+    "LONGER_CONTEXT_ENV",
     "MANAGED_FLAGS",
     "MULTICAST_FLAGS",
     "SERVER_INFO_PATHS",
@@ -62,10 +70,12 @@ __all__ = [
     "StartupSummary",
     "captured_layers",
     "classify_failure",
+    "context_length",
     "cuda_graph_flag",
     "default_capture_ids",
     "default_captured_layers",
     "keeps_last_layer",
+    "longer_context_allowed",
     "parse_decode_line",
     "parse_decode_lines",
     "parse_sglang_version",

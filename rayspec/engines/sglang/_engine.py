@@ -6,6 +6,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rayspec._exceptions import FailureReason
 from rayspec.engines._base import DecodeBatch
@@ -20,6 +21,8 @@ from rayspec.engines.sglang import _eagle
 from rayspec.engines.sglang._argv import sglang_argv
 from rayspec.engines.sglang._argv import sglang_env
 from rayspec.engines.sglang._classify import classify_failure
+from rayspec.engines.sglang._context import context_length
+from rayspec.engines.sglang._context import longer_context_allowed
 from rayspec.engines.sglang._flags import DEAD_FLAGS
 from rayspec.engines.sglang._flags import FILE_FLAGS
 from rayspec.engines.sglang._flags import MANAGED_FLAGS
@@ -82,13 +85,25 @@ class SGLangEngine(Engine):
     def probe(self, python: str, env: Mapping[str, str] | None = None) -> Installed:
         return probe_sglang(python, env)
 
+    def context_length(self, text_config: Mapping[str, Any]) -> int | None:
+        return context_length(text_config)
+
+    def longer_context_allowed(self, env: Mapping[str, str]) -> bool:
+        return longer_context_allowed(env)
+
     def default_capture_ids(self, architecture: str | None, num_layers: int) -> list[int]:
         return _eagle.default_capture_ids(architecture, num_layers)
+
+    def default_captured_layers(self, architecture: str | None, num_layers: int) -> list[int]:
+        return _eagle.default_captured_layers(architecture, num_layers)
 
     def captured_layers(
         self, architecture: str | None, ids: Sequence[int], num_layers: int
     ) -> list[int]:
         return _eagle.captured_layers(architecture, ids, num_layers)
+
+    def highest_layer_id(self, architecture: str | None, num_layers: int) -> int:
+        return num_layers if _eagle.keeps_last_layer(architecture) else num_layers - 1
 
 
 SGLANG = SGLangEngine(

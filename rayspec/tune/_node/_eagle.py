@@ -1,24 +1,23 @@
-"""EAGLE-3: which target layers feed the drafter, against what SGLang would pick."""
+"""EAGLE-3: which target layers feed the drafter, against what the engine would pick."""
 
 from __future__ import annotations
 
-from rayspec.engines.sglang import captured_layers
-from rayspec.engines.sglang import default_capture_ids
-from rayspec.engines.sglang import default_captured_layers
-from rayspec.engines.sglang import keeps_last_layer
+from rayspec.engines import SGLANG
+from rayspec.engines import Engine
 from rayspec.tune._node._findings import Findings
 from rayspec.tune._node._models import ModelInfo
 
 __all__ = ["check_aux_layers"]
 
 
-def check_aux_layers(target: ModelInfo, draft: ModelInfo) -> Findings:
+def check_aux_layers(target: ModelInfo, draft: ModelInfo, engine: Engine = SGLANG) -> Findings:
     """The EAGLE-3 drafter's ``eagle_aux_hidden_state_layer_ids`` against the target.
 
-    Refuses ids outside the target's layers; warns when they differ from SGLang's default for
-    the target's architecture, and when ids sit where SGLang does not read them.
+    Refuses ids outside the target's layers; warns when they differ from the engine's default
+    for the target's architecture, and when ids sit where the engine does not read them.
     """
     out = Findings()
+    label = engine.label
     key = "server.draft_model_path"
     n_layers, arch = target.num_layers, target.architecture
     if n_layers is None:
@@ -26,7 +25,7 @@ def check_aux_layers(target: ModelInfo, draft: ModelInfo) -> Findings:
     eagle = draft.config.get("eagle_config")
     if isinstance(eagle, dict) and eagle.get("use_aux_hidden_state", True) is False:
         return out  # no aux capture at all
-    default = default_capture_ids(arch, n_layers)
+    default = engine.default_capture_ids(arch, n_layers)
     where = f"{arch or 'the target'} ({n_layers} layers)"
     ids = eagle.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle, dict) else None
     if ids is None:
@@ -36,7 +35,7 @@ def check_aux_layers(target: ModelInfo, draft: ModelInfo) -> Findings:
         if isinstance(loose, list) and loose != default:
             out.warnings.append(
                 f"{key}: config.json has eagle_aux_hidden_state_layer_ids {loose} outside "
-                f"eagle_config, where SGLang does not read them: the target feeds the "
+                f"eagle_config, where {label} does not read them: the target feeds the "
                 f"drafter its default layers {default} for {where}; move them into "
                 "eagle_config if the drafter was trained on them"
             )
@@ -47,11 +46,11 @@ def check_aux_layers(target: ModelInfo, draft: ModelInfo) -> Findings:
         or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
     ):
         out.problems.append(
-            f"{key}: eagle_config.eagle_aux_hidden_state_layer_ids is {ids!r}; SGLang needs a "
-            "non-empty list of layer numbers"
+            f"{key}: eagle_config.eagle_aux_hidden_state_layer_ids is {ids!r}; {label} needs "
+            "a non-empty list of layer numbers"
         )
         return out
-    top = n_layers if keeps_last_layer(arch) else n_layers - 1
+    top = engine.highest_layer_id(arch, n_layers)
     outside = [i for i in ids if not 0 <= i <= top]
     if outside:
         out.problems.append(
@@ -60,9 +59,10 @@ def check_aux_layers(target: ModelInfo, draft: ModelInfo) -> Findings:
             "another model"
         )
         return out
-    if captured_layers(arch, ids, n_layers) != default_captured_layers(arch, n_layers):
+    captured = engine.captured_layers(arch, ids, n_layers)
+    if captured != engine.default_captured_layers(arch, n_layers):
         out.warnings.append(
-            f"{key}: the drafter's eagle_aux_hidden_state_layer_ids are {ids}, SGLang's "
+            f"{key}: the drafter's eagle_aux_hidden_state_layer_ids are {ids}, {label}'s "
             f"default for {where} is {default}; a drafter fed other layers than it was "
             "trained on accepts far fewer tokens (speculation then looks like it does not "
             "pay): check which layers it was trained on"
