@@ -36,6 +36,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rayspec._exceptions import ConfigError
 from rayspec._text import unsafe_char
+from rayspec.engines import engine_named
+from rayspec.engines import flag_name
 
 __all__ = [
     "BenchConfig",
@@ -64,36 +66,6 @@ SPEC_ALGORITHMS = ("EAGLE3", "EAGLE")
 ADAPTIVE_SUFFIX = "-adaptive"
 SPEC_MODES = (*SPEC_ALGORITHMS, *(f"{a}{ADAPTIVE_SUFFIX}" for a in SPEC_ALGORITHMS))
 OVERLAP_CHOICES = ("on", "off")
-
-# Flags that turn NVLink multicast (NVLS) on; refused unless server.allow_nvlink_multicast.
-MULTICAST_FLAGS = ("--enable-nccl-nvls", "--enable-symm-mem", "--enable-torch-symm-mem")
-# Flags the command builder owns: setting them elsewhere would contradict the candidate.
-MANAGED_FLAGS = (
-    "--model-path",
-    "--model",
-    "--tp-size",
-    "--tensor-parallel-size",
-    "--host",
-    "--port",
-    "--speculative-algorithm",
-    "--speculative-draft-model-path",
-    "--speculative-draft-model",
-    "--speculative-num-steps",
-    "--speculative-adaptive",
-    "--speculative-adaptive-config",
-    "--speculative-eagle-topk",
-    "--speculative-num-draft-tokens",
-    "--max-running-requests",
-    "--attention-backend",
-    "--mem-fraction-static",
-    "--cuda-graph-max-bs",
-    "--cuda-graph-max-bs-decode",
-)
-# SGLang merges the flags of this YAML file into its argv before parsing: past every check here.
-FILE_FLAGS = ("--config",)
-# Parsed by SGLang and never read (docs/sglang.md, *Flags rayspec keeps out*): searching it
-# measures noise.
-DEAD_FLAGS = ("--num-continuous-decode-steps",)
 
 # Per-trial metrics a study can maximise (output tok/s of the objective scenario).
 OBJECTIVES = ("tok_s_mean", "tok_s_min", "tok_s_ci95_low", "tok_s_peak")
@@ -989,75 +961,52 @@ def _enables_nvls(algo: str) -> bool:
     return False
 
 
-def _flag_name(arg: str) -> str:
-    return arg.split("=", 1)[0]
-
-
-# SGLang options that are a prefix of a protected flag yet are options of their own: argparse
-# takes an exact match before any abbreviation (checked against SGLang's own parser by
-# tests/contract_tests/test_flag_abbreviations.py).
-_EXACT_SGLANG_PREFIXES: tuple[str, ...] = ()
-
-
-def sglang_reads_as(flag: str, protected: tuple[str, ...]) -> str | None:
-    """The flag of ``protected`` that SGLang's parser reads ``flag`` as, or None.
-
-    SGLang's ``argparse`` parser takes unique prefixes (``allow_abbrev``): ``--hos`` is
-    ``--host``, ``--tp-s`` is ``--tp-size``; ``--flag=value`` is ``--flag``. A prefix of a
-    protected flag is reported even when SGLang would find it ambiguous (that launch fails
-    anyway), unless it is an option of its own.
-    """
-    name = _flag_name(flag)
-    if name in protected:
-        return name
-    if len(name) <= 2 or name in _EXACT_SGLANG_PREFIXES:
-        return None
-    hits = sorted(p for p in protected if p.startswith(name))
-    return hits[0] if hits else None
-
-
-def _spelled(flag: str, meant: str) -> str:
-    name = _flag_name(flag)
+def _spelled(flag: str, meant: str, label: str) -> str:
+    name = flag_name(flag)
     if name == meant:
         return meant
-    return f"{name} (SGLang reads it as {meant}: its parser takes unique prefixes)"
+    return f"{name} ({label} reads it as {meant}: its parser takes unique prefixes)"
 
 
 def _validate_flags(cfg: ExperimentConfig) -> None:
+    # The engine's tables and parser: a flag is checked as the engine will read it.
+    engine = engine_named(cfg.server.engine.value)
+    tables, label = engine.flags, engine.label
     extra = [a for a in cfg.server.extra_flags if a.startswith("-")]
     searched = list(cfg.search.flags)
     for where, flags in (("server.extra_flags", extra), ("search.flags", searched)):
         for flag in flags:
-            name = _flag_name(flag)
+            name = flag_name(flag)
             if not name.startswith("--"):
                 raise _fail(where, f"{_short(flag)} must be a long flag starting with --")
-            multicast = sglang_reads_as(flag, MULTICAST_FLAGS)
+            multicast = engine.reads_as(flag, tables.multicast)
             if multicast and not cfg.server.allow_nvlink_multicast:
                 raise _fail(
                     where,
-                    f"{_spelled(flag, multicast)} turns NVLink multicast on; refused unless "
-                    "server.allow_nvlink_multicast: true",
+                    f"{_spelled(flag, multicast, label)} turns NVLink multicast on; refused "
+                    "unless server.allow_nvlink_multicast: true",
                 )
-            managed = sglang_reads_as(flag, MANAGED_FLAGS)
+            managed = engine.reads_as(flag, tables.managed)
             if managed:
                 raise _fail(
                     where,
-                    f"{_spelled(flag, managed)} is set by rayspec from server.* and "
+                    f"{_spelled(flag, managed, label)} is set by rayspec from server.* and "
                     "search.speculative; set it there instead",
                 )
-            from_file = sglang_reads_as(flag, FILE_FLAGS)
+            from_file = engine.reads_as(flag, tables.from_file)
             if from_file:
                 raise _fail(
                     where,
-                    f"{_spelled(flag, from_file)} makes SGLang read more flags from a file, "
+                    f"{_spelled(flag, from_file, label)} makes {label} read more flags from a "
+                    "file, "
                     "past rayspec's checks; give the flags themselves in server.extra_flags",
                 )
-            dead = sglang_reads_as(flag, DEAD_FLAGS)
+            dead = engine.reads_as(flag, tables.dead)
             if dead:
                 raise _fail(
                     where,
-                    f"{_spelled(flag, dead)} is parsed but never read by SGLang; searching it "
-                    "measures only noise",
+                    f"{_spelled(flag, dead, label)} is parsed but never read by {label}; "
+                    "searching it measures only noise",
                 )
     for flag in searched:
         if "=" in flag:
@@ -1093,22 +1042,13 @@ def _validate_space(cfg: ExperimentConfig) -> None:
     for value in sp.overlap:
         if value not in OVERLAP_CHOICES:
             raise _fail("search.speculative.overlap", f"{value!r} is not one of on, off")
-    from rayspec.server._versions import sglang_features  # the server package imports this
-
+    engine = engine_named(cfg.server.engine.value)
     adaptive = [m for m in sp.modes if m.endswith(ADAPTIVE_SUFFIX)]
     version = cfg.server.version
-    if "off" in sp.overlap and not sglang_features(version).spec_v2_switch:
-        raise _fail(
-            "search.speculative.overlap",
-            f"off needs SGLang 0.5.5 or later (EAGLE already runs without the overlap "
-            f"scheduler in {version})",
-        )
-    if adaptive and not sglang_features(version).adaptive_spec:
-        raise _fail(
-            "search.speculative.modes",
-            f"{adaptive[0]} needs SGLang 0.5.23 or later (--speculative-adaptive); "
-            f"this experiment runs {version}",
-        )
+    if "off" in sp.overlap and (why := engine.unsupported_overlap_off(version)):
+        raise _fail("search.speculative.overlap", f"off {why}")
+    if adaptive and (why := engine.unsupported_adaptive_steps(version)):
+        raise _fail("search.speculative.modes", f"{adaptive[0]} {why}")
     if any(m != SPEC_OFF for m in sp.modes):
         for key, values, low in (
             ("num_steps", sp.num_steps, 1),

@@ -28,9 +28,9 @@ import httpx
 
 from rayspec.bench import StreamClient
 from rayspec.bench import parse_metrics
+from rayspec.engines.sglang import parse_startup_summary
 from rayspec.server import parse_decode_lines
 from rayspec.server._backends import _PROBE_LINE
-from rayspec.server._logparse import parse_startup_summary
 
 RECORDED = Path(__file__).parent / "data" / "sglang-0.5.23-dialect.json"
 # The servers compared: the tiny models, without speculation and with an EAGLE-3 chain, as the
@@ -83,9 +83,10 @@ READS: dict[str, tuple[str, ...]] = {
     # server/_backends.py wait_ready, flush_cache; bench/_runner.py flush_cache
     "health_generate": ("status",),
     "flush_cache": ("status", "text"),
-    # tune/_trial.py _server_view (via bench/_runner.py parse_metrics)
+    # tune/_trial.py _server_view (via bench/_runner.py parse_metrics; the keys: SGLANG.metrics)
     "metrics": ("sglang:gen_throughput",),
-    # server/_logparse.py parse_decode_lines, parse_startup_summary (tune/_trial.py _server_view)
+    # engines/sglang/_logparse.py parse_decode_lines, parse_startup_summary
+    # (tune/_trial.py _server_view)
     "log.decode": (
         "running_req",
         "num_tokens",

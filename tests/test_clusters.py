@@ -20,7 +20,7 @@ import yaml
 from rayspec._config import OutputConfig
 from rayspec._config import ServerConfig
 from rayspec._config import load_config
-from rayspec.server._versions import CONTRACT_PINNED_VERSIONS
+from rayspec.engines.sglang import CONTRACT_PINNED_VERSIONS
 from tests.helpers import REPO
 from tests.helpers import TWIN_EXPERIMENT
 

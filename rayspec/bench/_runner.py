@@ -23,7 +23,7 @@ from rayspec.bench._plan import BenchPlan
 from rayspec.bench._plan import Scenario
 from rayspec.bench._prompts import request_input
 from rayspec.bench._stats import run_tok_s
-from rayspec.server._versions import SERVER_INFO_PATHS
+from rayspec.engines.sglang import SERVER_INFO_PATHS
 
 _logger = logging.getLogger(__name__)
 

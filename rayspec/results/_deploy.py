@@ -2,7 +2,8 @@
 the real SGLang launch) and, for a twin study, ``best-twin.sh`` (the pick on the twin).
 
 Comment lines are written through :func:`rayspec._text.one_line` and every argument through
-:func:`rayspec._text.shell_quote`: nothing a value carries becomes a line of a script.
+:func:`rayspec._text.shell_quote` (the engine's :func:`rayspec.engines.deploy_lines`): nothing a
+value carries becomes a line of a script.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._plural import plural
 from rayspec._text import one_line
-from rayspec._text import shell_quote
+from rayspec.engines import deploy_lines
+from rayspec.engines import engine_named
 from rayspec.results._saved import write_text
 from rayspec.results._table import Row
 from rayspec.results._table import StudyReport
@@ -45,7 +47,7 @@ def deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
     real = cfg.server.engine is Engine.sglang
     server = dataclasses.replace(
         cfg.server,
-        engine=Engine.sglang,
+        engine=Engine(engine_named(cfg.server.engine.value).deploys_as),
         python=(cfg.server.python if real else "") or "python",
         model_path=cfg.server.model_path if real else MODEL_PLACEHOLDER,
         draft_model_path=cfg.server.draft_model_path if real else DRAFT_PLACEHOLDER,
@@ -61,7 +63,6 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
         MODEL_PLACEHOLDER: '"${MODEL_PATH:?set MODEL_PATH to the target model}"',
         DRAFT_PLACEHOLDER: '"${DRAFT_MODEL_PATH:?set DRAFT_MODEL_PATH to the EAGLE-3 drafter}"',
     }
-    quoted = [placeholders.get(arg) or shell_quote(arg) for arg in launch.argv]
     vs = vs_baseline(row, baseline, noise=True)
     # Comment lines are written through one_line: a line break in a value would end the
     # comment and make the rest a command of the script.
@@ -79,11 +80,7 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
         twin_sh = os.path.basename(StudyFolder(cfg.out_dir).best_twin_sh)
         comments.append(f"Without GPUs: {twin_sh} beside this file serves it on the twin.")
     lines = ["#!/usr/bin/env bash", *(f"# {one_line(text)}" for text in comments)]
-    lines += ["set -euo pipefail"]
-    if launch.unset_env:
-        lines.append("unset " + " ".join(launch.unset_env))
-    lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
-    lines.append("exec " + " ".join(quoted) + ' "$@"')
+    lines += ["set -euo pipefail", *deploy_lines(launch, placeholders)]
     return "\n".join(lines) + "\n"
 
 
@@ -101,11 +98,8 @@ def twin_script(cfg: ExperimentConfig, row: Row) -> str:
             "(simulated): best.sh beside this file is the real SGLang launch."
         ),
         "set -euo pipefail",
+        *deploy_lines(launch),
     ]
-    if launch.unset_env:
-        lines.append("unset " + " ".join(launch.unset_env))
-    lines += [f"export {k}={shell_quote(v)}" for k, v in launch.env]
-    lines.append("exec " + " ".join(shell_quote(a) for a in launch.argv) + ' "$@"')
     return "\n".join(lines) + "\n"
 
 

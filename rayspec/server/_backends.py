@@ -31,17 +31,17 @@ from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
 from rayspec._exceptions import ServerExited
 from rayspec._exceptions import ServerStartTimeout
+from rayspec.engines import SGLANG
+from rayspec.engines import TWIN
+from rayspec.engines import Engine
+from rayspec.engines import Phase
 from rayspec.server import _process
 from rayspec.server._base import BaseServerBackend
 from rayspec.server._base import ServerState
-from rayspec.server._classify import Phase
-from rayspec.server._classify import classify_failure
 from rayspec.server._logparse import parse_exit_status
-from rayspec.server._versions import SERVER_INFO_PATHS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from collections.abc import Sequence
 
     from rayspec._types import LaunchSpec
 
@@ -50,7 +50,6 @@ _logger = logging.getLogger(__name__)
 _CLASSIFY_BYTES = 1024 * 1024  # enough to see past a long run of readiness-probe lines
 _EXIT_LINE_WAIT_S = 3.0  # how long to wait for the reaper's exit line after a death
 _PROBE_TIMEOUT_S = 10.0
-_TWIN_MODULE = "rayspec.twin.server"
 
 
 def read_log_tail(path: str | None, max_bytes: int = _CLASSIFY_BYTES) -> str:
@@ -69,7 +68,9 @@ def read_log_tail(path: str | None, max_bytes: int = _CLASSIFY_BYTES) -> str:
 
 # The access-log lines of rayspec's own readiness probes (uvicorn's and aiohttp's formats):
 # four a second, they would push the server's last startup line out of a failure's tail.
-_PROBE_LINE = re.compile(r'"(GET|POST) /(health_generate|health|get_server_info|server_info)[ ?]')
+_PROBE_LINE = re.compile(
+    r'"(GET|POST) (' + "|".join(map(re.escape, SGLANG.endpoints.probed)) + r")[ ?]"
+)
 
 
 # uvicorn's line when the HTTP port is taken. Real SGLang 0.5.23 does not exit after it: it logs
@@ -84,17 +85,13 @@ def _last_lines(text: str, n: int) -> str:
     return "\n".join(lines[-n:]) if n > 0 else ""
 
 
-def _runs_twin(argv: Sequence[str]) -> bool:
-    return any(
-        a == _TWIN_MODULE or a.replace("\\", "/").endswith("rayspec/twin/server.py") for a in argv
-    )
-
-
 class _ProcessBackend(BaseServerBackend):
     """A server started through :mod:`rayspec.server._process` and probed over HTTP."""
 
     #: default seconds between the reaper's SIGTERM and SIGKILL
     default_grace_s: float = 10.0
+    #: the engine object: its endpoints and how its log reads
+    engine_object: Engine = SGLANG
 
     def __init__(
         self,
@@ -214,7 +211,9 @@ class _ProcessBackend(BaseServerBackend):
                     raise self._timeout_error(timeout)
                 try:
                     probe_timeout = min(_PROBE_TIMEOUT_S, max(remaining, 0.1))
-                    response = client.get("/health_generate", timeout=probe_timeout)
+                    response = client.get(
+                        self.engine_object.endpoints.ready, timeout=probe_timeout
+                    )
                     # A 200 from another process on our port is not our server being ready.
                     if response.status_code == 200 and (
                         _process.owns_listener(info, launch.port) is not False
@@ -232,11 +231,12 @@ class _ProcessBackend(BaseServerBackend):
         launch, _ = self._require_running()
         deadline = time.monotonic() + timeout_s
         last = "no answer"
+        flush = self.engine_object.endpoints.flush
         with httpx.Client(base_url=launch.base_url, trust_env=False) as client:
             while True:
                 self.raise_if_dead()
                 try:
-                    response = client.post("/flush_cache", timeout=_PROBE_TIMEOUT_S)
+                    response = client.post(flush, timeout=_PROBE_TIMEOUT_S)
                     if response.status_code == 200:
                         return
                     last = f"HTTP {response.status_code}: {response.text[:200]}"
@@ -244,7 +244,7 @@ class _ProcessBackend(BaseServerBackend):
                     last = f"{type(exc).__name__}: {exc}"
                 if time.monotonic() >= deadline:
                     raise LaunchError(
-                        f"/flush_cache refused for {timeout_s:g} s ({last})",
+                        f"{flush} refused for {timeout_s:g} s ({last})",
                         reason=FailureReason.UNKNOWN,
                         log_tail=self.log_tail(self._tail_lines),
                     )
@@ -278,7 +278,7 @@ class _ProcessBackend(BaseServerBackend):
 
     def _server_info(self, client: httpx.Client) -> dict[str, Any]:
         problems = []
-        for path in SERVER_INFO_PATHS:
+        for path in self.engine_object.endpoints.info:
             try:
                 response = client.get(path, timeout=_PROBE_TIMEOUT_S)
             except httpx.TransportError as exc:
@@ -330,7 +330,7 @@ class _ProcessBackend(BaseServerBackend):
     def _exited_error(self, phase: Phase) -> ServerExited:
         returncode = self._exit_status()
         text = read_log_tail(self.log_path)
-        reason = classify_failure(text, returncode, phase)
+        reason = self.engine_object.classify_failure(text, returncode, phase)
         when = "while serving" if phase is Phase.SERVING else "before it became ready"
         last = next(
             (
@@ -350,7 +350,7 @@ class _ProcessBackend(BaseServerBackend):
 
     def _timeout_error(self, timeout_s: float) -> ServerStartTimeout:
         text = read_log_tail(self.log_path)
-        reason = classify_failure(text, None, Phase.TIMEOUT)
+        reason = self.engine_object.classify_failure(text, None, Phase.TIMEOUT)
         return ServerStartTimeout(
             f"{self.engine} server not ready within {timeout_s:g} s ({reason.value})",
             reason=reason,
@@ -365,15 +365,16 @@ class SGLangBackend(_ProcessBackend):
     so the grace before SIGKILL is generous.
     """
 
-    engine = "sglang"
+    engine = SGLANG.name
+    engine_object = SGLANG
     default_grace_s = 15.0
 
     def check_launch(self, launch: LaunchSpec) -> None:
         super().check_launch(launch)
-        if _runs_twin(launch.argv):
+        if TWIN.runs_module(launch.argv):
             raise LaunchError(
                 "an sglang launch must not run the twin (argv runs "
-                f"{_TWIN_MODULE}); set server.engine: twin to simulate",
+                f"{TWIN.module}); set server.engine: twin to simulate",
                 reason=FailureReason.INFEASIBLE,
             )
 
@@ -381,19 +382,23 @@ class SGLangBackend(_ProcessBackend):
 class TwinBackend(_ProcessBackend):
     """The digital twin, ``python -m rayspec.twin.server`` (one process, no GPU)."""
 
-    engine = "twin"
+    engine = TWIN.name
+    engine_object = TWIN
     default_grace_s = 5.0
 
     def check_launch(self, launch: LaunchSpec) -> None:
         super().check_launch(launch)
-        if not _runs_twin(launch.argv):
+        if not TWIN.runs_module(launch.argv):
             raise LaunchError(
-                f"a twin launch must run {_TWIN_MODULE}, got argv {list(launch.argv[:4])}...",
+                f"a twin launch must run {TWIN.module}, got argv {list(launch.argv[:4])}...",
                 reason=FailureReason.INFEASIBLE,
             )
 
 
-_BACKENDS: dict[str, type[_ProcessBackend]] = {"sglang": SGLangBackend, "twin": TwinBackend}
+_BACKENDS: dict[str, type[_ProcessBackend]] = {
+    SGLANG.name: SGLangBackend,
+    TWIN.name: TwinBackend,
+}
 
 
 def backend_for(engine: str, **kwargs: Any) -> BaseServerBackend:

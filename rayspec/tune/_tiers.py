@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from rayspec._config import SPEC_OFF
 from rayspec._config import ExperimentConfig
 from rayspec._types import Candidate
+from rayspec.engines.sglang import sglang_features
 from rayspec.results import DRAFT_PLACEHOLDER
 from rayspec.results import MODEL_PLACEHOLDER
 from rayspec.results import Row
 from rayspec.results import StudyReport
 from rayspec.search._space import is_adaptive
 from rayspec.server import build_launch
-from rayspec.server._versions import sglang_features
 from rayspec.store import StudyFolder
 
 __all__ = ["AdaptiveTiers", "adaptive_tiers", "write_adaptive_tiers"]

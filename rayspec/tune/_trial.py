@@ -34,6 +34,7 @@ from rayspec.bench import BenchResult
 from rayspec.bench import Scenario
 from rayspec.bench import first_failure
 from rayspec.bench import summarize
+from rayspec.engines import engine_named
 from rayspec.server import ServerActor
 from rayspec.server import build_launch
 from rayspec.server import parse_decode_lines
@@ -480,13 +481,14 @@ def _server_view(
         if isinstance(value, int | float):
             out[name] = float(value)
     metrics = view.get("metrics") or {}
-    accept = metrics.get("sglang:spec_accept_length")
+    keys = engine_named(launch.engine).metrics
+    accept = metrics.get(keys.accept_length)
     # The gauge of the last decode-log window: 0 without speculation, and 0 with it until a
     # window has completed since the flush (a short run at high acceptance has none). An
     # accept length is at least 1, so 0 is "none", not a value.
     if speculative and isinstance(accept, int | float) and accept > 0:
         out["metrics_spec_accept_length"] = float(accept)
-    gen = metrics.get("sglang:gen_throughput")
+    gen = metrics.get(keys.gen_throughput)
     # A gauge of the last decode-log window that SGLang sets to 0 at every prefill-stats tick
     # and 30 s after the last decode window: after a run, 0 means "no window", not 0 tok/s.
     if isinstance(gen, int | float) and gen > 0:

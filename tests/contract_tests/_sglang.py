@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rayspec.server._versions import CONTRACT_PINNED_VERSIONS
+from rayspec.engines.sglang import CONTRACT_PINNED_VERSIONS
 
 PINNED = CONTRACT_PINNED_VERSIONS[-1]
 DEFAULT_CACHE = "/var/tmp/rayspec-cache"

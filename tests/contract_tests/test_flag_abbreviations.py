@@ -3,7 +3,7 @@
 SGLang's ``argparse`` parser keeps ``allow_abbrev`` on, so ``--hos 0.0.0.0`` after rayspec's
 ``--host 127.0.0.1`` binds the server to every interface, and ``--tp-s 4`` overrides
 ``--tp-size``. Each abbreviation below goes to SGLang's ``prepare_server_args`` after a line
-rayspec built; the field SGLang set must be the one :func:`rayspec._config.sglang_reads_as`
+rayspec built; the field SGLang set must be the one :func:`rayspec.engines.sglang.sglang_reads_as`
 names, and rayspec must refuse the flag. SGLang's full option list then shows that no option
 of its own is a prefix of a protected flag (argparse would take it exactly, and rayspec would
 refuse a flag SGLang accepts).
@@ -14,13 +14,13 @@ from __future__ import annotations
 import pytest
 
 from rayspec import Candidate
-from rayspec._config import DEAD_FLAGS
-from rayspec._config import FILE_FLAGS
-from rayspec._config import MANAGED_FLAGS
-from rayspec._config import MULTICAST_FLAGS
 from rayspec._config import load_config
-from rayspec._config import sglang_reads_as
 from rayspec._exceptions import ConfigError
+from rayspec.engines.sglang import DEAD_FLAGS
+from rayspec.engines.sglang import FILE_FLAGS
+from rayspec.engines.sglang import MANAGED_FLAGS
+from rayspec.engines.sglang import MULTICAST_FLAGS
+from rayspec.engines.sglang import sglang_reads_as
 from rayspec.server import build_launch
 from tests.contract_tests._sglang import FakeModels
 from tests.contract_tests._sglang import ProbeCase

@@ -30,11 +30,11 @@ from rayspec import SpecSettings
 from rayspec._config import ExperimentConfig
 from rayspec._config import load_config
 from rayspec._types import LaunchSpec
+from rayspec.engines.sglang import cuda_graph_flag
+from rayspec.engines.sglang import parse_sglang_version
+from rayspec.engines.sglang import sglang_features
 from rayspec.search import SearchSpace
 from rayspec.server import build_launch
-from rayspec.server._command import cuda_graph_flag
-from rayspec.server._versions import parse_sglang_version
-from rayspec.server._versions import sglang_features
 from rayspec.testing import FIELD_TUNED_NCCL
 from tests.contract_tests._sglang import PINNED
 from tests.contract_tests._sglang import FakeModels

@@ -14,6 +14,8 @@ import pytest
 
 from rayspec._config import load_config
 from rayspec._exceptions import ConfigError
+from rayspec.engines.sglang._eagle import captured_layers as _captured
+from rayspec.engines.sglang._eagle import default_captured_layers as _default_captured
 from rayspec.testing._twin import free_port_block
 from rayspec.tune._node import InstalledSGLang
 from rayspec.tune._node import NodeProbes
@@ -22,8 +24,6 @@ from rayspec.tune._node import check_sglang
 from rayspec.tune._node import default_probes
 from rayspec.tune._node import probe_sglang
 from rayspec.tune._node import read_model
-from rayspec.tune._node._eagle import _captured
-from rayspec.tune._node._eagle import _default_captured
 from rayspec.tune._preflight import preflight
 from tests.real_sglang import _study as st
 from tests.real_sglang._models import TinyModels

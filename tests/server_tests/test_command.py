@@ -10,13 +10,13 @@ from pathlib import Path
 from rayspec import Candidate
 from rayspec import SpecSettings
 from rayspec._config import load_config
+from rayspec.engines.sglang import CONTRACT_PINNED_VERSIONS
+from rayspec.engines.sglang import SGLANG_VERSIONS
+from rayspec.engines.sglang import cuda_graph_flag
+from rayspec.engines.sglang import sglang_features
 from rayspec.search import SearchSpace
 from rayspec.server._command import build_launch
-from rayspec.server._command import cuda_graph_flag
 from rayspec.server._command import shell_line
-from rayspec.server._versions import CONTRACT_PINNED_VERSIONS
-from rayspec.server._versions import SGLANG_VERSIONS
-from rayspec.server._versions import sglang_features
 from rayspec.testing import FIELD_TUNED_NCCL
 from tests.helpers import FIELD_EXPERIMENT
 from tests.helpers import TWIN_EXPERIMENT

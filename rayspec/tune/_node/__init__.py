@@ -27,11 +27,13 @@ Example::
 
 from __future__ import annotations
 
+from rayspec.engines.sglang import InstalledSGLang
+from rayspec.engines.sglang import default_capture_ids
+from rayspec.engines.sglang import probe_sglang
 from rayspec.tune._node._check import NodeProbes
 from rayspec.tune._node._check import check_node
 from rayspec.tune._node._check import default_probes
 from rayspec.tune._node._eagle import check_aux_layers
-from rayspec.tune._node._eagle import default_capture_ids
 from rayspec.tune._node._findings import Findings
 from rayspec.tune._node._gpus import GpuProcess
 from rayspec.tune._node._gpus import GpuState
@@ -44,9 +46,7 @@ from rayspec.tune._node._models import ModelInfo
 from rayspec.tune._node._models import check_context_length
 from rayspec.tune._node._models import read_model
 from rayspec.tune._node._nccl import check_nccl_values
-from rayspec.tune._node._sglang import InstalledSGLang
 from rayspec.tune._node._sglang import check_sglang
-from rayspec.tune._node._sglang import probe_sglang
 
 __all__ = [
     "Findings",

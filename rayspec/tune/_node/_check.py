@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from rayspec._config import SPEC_OFF
 from rayspec._config import ExperimentConfig
+from rayspec.engines.sglang import InstalledSGLang
+from rayspec.engines.sglang import probe_sglang
 from rayspec.tune._node._eagle import check_aux_layers
 from rayspec.tune._node._findings import Findings
 from rayspec.tune._node._gpus import Nvml
@@ -19,9 +21,7 @@ from rayspec.tune._node._gpus import read_gpus
 from rayspec.tune._node._gpus import visible_gpus
 from rayspec.tune._node._models import check_context_length
 from rayspec.tune._node._models import read_model
-from rayspec.tune._node._sglang import InstalledSGLang
 from rayspec.tune._node._sglang import check_sglang
-from rayspec.tune._node._sglang import probe_sglang
 
 
 @dataclass(frozen=True)

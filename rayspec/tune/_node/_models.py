@@ -9,6 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rayspec.engines import SGLANG
+from rayspec.engines.sglang import CONTEXT_LENGTH_FLAG
+from rayspec.engines.sglang import LONGER_CONTEXT_ENV
 from rayspec.tune._node._findings import Findings
 
 
@@ -82,41 +85,15 @@ def read_model(key: str, path: str) -> tuple[ModelInfo | None, Findings]:
         config=data,
         architecture=arch,
         num_layers=layers if isinstance(layers, int) and layers > 0 else None,
-        context_len=_context_len(text),
+        context_len=SGLANG.context_length(text),
     )
     return info, out
-
-
-# The keys SGLang's get_context_length tries, in order (srt/utils/hf_transformers/common.py).
-_CONTEXT_KEYS = (
-    "max_sequence_length",
-    "seq_length",
-    "max_seq_len",
-    "model_max_length",
-    "max_position_embeddings",
-)
-
-
-def _context_len(text: Mapping[str, Any]) -> int | None:
-    """SGLang's ``get_context_length`` on a raw config; None when no key is there (then the
-    config class's own default applies, which a raw read cannot know)."""
-    factor: float = 1
-    rope = text.get("rope_scaling")
-    if isinstance(rope, dict) and rope:
-        factor = rope.get("factor", 1) or 1
-        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
-            factor = 1
-    for name in _CONTEXT_KEYS:
-        value = text.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return int(factor * value)
-    return None
 
 
 def _context_flag(extra_flags: Sequence[str]) -> int | None:
     for i, arg in enumerate(extra_flags):
         name, sep, value = arg.partition("=")
-        if name != "--context-length":
+        if name != CONTEXT_LENGTH_FLAG:
             continue
         text = value if sep else (extra_flags[i + 1] if i + 1 < len(extra_flags) else "")
         return int(text) if text.isdigit() else None
@@ -137,11 +114,10 @@ def check_context_length(
     ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` is true.
     """
     out = Findings()
-    allow = env.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "").lower()
-    if allow in ("true", "1", "yes", "y"):
+    if SGLANG.longer_context_allowed(env):
         return out
     given = _context_flag(extra_flags)
-    fix = "or set server.env.SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+    fix = f"or set server.env.{LONGER_CONTEXT_ENV}=1"
     if target is not None and given is not None and target.context_len is not None:
         if given > target.context_len:
             out.problems.append(

@@ -11,18 +11,10 @@ rule). When no rule matches, the phase decides.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import re
 
 from rayspec._exceptions import FailureReason
-
-
-class Phase(str, enum.Enum):
-    """When the failure was observed."""
-
-    STARTUP = "startup"  # the server exited before it became ready
-    TIMEOUT = "timeout"  # it neither exited nor became ready within the startup timeout
-    SERVING = "serving"  # it exited after it had become ready
+from rayspec.engines._base import Phase
 
 
 @dataclasses.dataclass(frozen=True)
