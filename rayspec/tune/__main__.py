@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
@@ -23,6 +24,9 @@ from rayspec._exceptions import ConfigError
 from rayspec._exceptions import RayspecError
 from rayspec._plural import plural
 from rayspec._text import one_line
+
+if TYPE_CHECKING:
+    from rayspec.search import SearchSpace
 
 
 def installed_command(name: str) -> str:
@@ -107,14 +111,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     try:
         cfg = load_config(args.experiment, args.overrides)
+        from rayspec.search import SearchSpace
         from rayspec.tune._preflight import preflight
+
+        space = SearchSpace.from_config(cfg.search)  # once: preflight, the dry run and the study
 
         launching = not (args.dry_run or args.print_config)
         if launching:  # a second driver on this study: said before preflight's port checks
             from rayspec.tune._lock import check_unlocked
 
             check_unlocked(cfg.out_dir)
-        warnings = preflight(cfg, launching=launching)
+        warnings = preflight(cfg, launching=launching, space=space)
     except ConfigError as exc:
         return _error(str(exc), 2)
     for line in warnings:
@@ -125,10 +132,10 @@ def main(argv: list[str] | None = None) -> int:
         print(dataclasses.replace(cfg, study=study).to_yaml(), end="")
         return 0
     if args.dry_run:
-        return _dry_run(cfg)
+        return _dry_run(cfg, space)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        return _run(cfg)
+        return _run(cfg, space)
     except KeyboardInterrupt:
         _say("interrupted: servers stopped; run the same command again to resume the study")
         return 130
@@ -140,12 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         return _error(f"{exc}; fix that, then run the same command again to resume", 1)
 
 
-def _dry_run(cfg: ExperimentConfig) -> int:
-    from rayspec.search import SearchSpace
+def _dry_run(cfg: ExperimentConfig, space: SearchSpace) -> int:
     from rayspec.server._command import build_launch
     from rayspec.server._command import shell_line
 
-    space = SearchSpace.from_config(cfg.search)
     launch = build_launch(cfg, space.baseline(), port=cfg.server.port, log_path="-")
     print(
         f"study {cfg.study.name}: {space.size()} distinct candidates, a budget of "
@@ -166,14 +171,14 @@ def _more_hint(cfg: ExperimentConfig, idle: str) -> str:
     return f"to go on, raise the budget (e.g. study.max_restarts={cfg.study.max_restarts + 10})"
 
 
-def _run(cfg: ExperimentConfig) -> int:
+def _run(cfg: ExperimentConfig, space: SearchSpace) -> int:
     from rayspec.tune._lock import study_lock
 
     with study_lock(cfg.out_dir, _say):  # one driver per study, for this driver's whole life
-        return _run_locked(cfg)
+        return _run_locked(cfg, space)
 
 
-def _run_locked(cfg: ExperimentConfig) -> int:
+def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     from rayspec.results import deploy_config
     from rayspec.results import write_best
     from rayspec.store import StudyFolder
@@ -190,12 +195,13 @@ def _run_locked(cfg: ExperimentConfig) -> int:
         _say("engine: twin — a SIMULATED SGLang node (rayspec.twin); numbers are the model's")
     else:
         _say(f"engine: sglang — real servers ({cfg.server.model_path})")
-    idle = idle_reason(cfg, _say)  # decided before Ray starts: a finished study costs no cluster
+    # Decided before Ray starts: a finished study costs no cluster.
+    idle = idle_reason(cfg, _say, space=space)
     if idle:
         _say(f"nothing left to run: {idle}; {_more_hint(cfg, idle)}")
         # The report too: its launch command and best.sh (written below) are both built from
         # this experiment, so a changed server.port reaches both.
-        outcome = run_study(cfg, printer=_say, write_report=True)
+        outcome = run_study(cfg, printer=_say, write_report=True, space=space)
     else:
         cluster = connect(cfg)
         # ray.init installs its own SIGTERM handler (it aborts the process): ours goes on top,
@@ -210,7 +216,7 @@ def _run_locked(cfg: ExperimentConfig) -> int:
             with progress:
                 outcome = run_study(
                     cfg, printer=progress.line, slots=cluster.room, write_report=True,
-                    progress=progress,
+                    progress=progress, space=space,
                 )  # fmt: skip
         finally:
             disconnect(cluster)

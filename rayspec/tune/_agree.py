@@ -55,13 +55,20 @@ def _span(numbers: list[int]) -> str:
     return shown + (f" and {len(numbers) - 6} more" if len(numbers) > 6 else "")
 
 
-def prepare_folder(cfg: ExperimentConfig, store: ParquetTrialStore, printer: Printer) -> None:
+def prepare_folder(
+    cfg: ExperimentConfig,
+    store: ParquetTrialStore,
+    printer: Printer,
+    space: SearchSpace | None = None,
+) -> None:
     """Before a driver writes (the study lock held): refuse a study folder whose journal and
     trial files disagree, then repair what can be (a torn journal tail cut off, unreadable
     files set aside, missing rows rebuilt from the journal).
 
     Raises:
         ConfigError: one line naming what disagrees and what to do.
+
+    ``space``: the experiment's space when the caller has built it.
     """
     files = store.file_numbers()
     trials = stored_trials(cfg)
@@ -92,7 +99,7 @@ def prepare_folder(cfg: ExperimentConfig, store: ParquetTrialStore, printer: Pri
     for line in store.set_aside_damaged():
         printer(line)
     files = store.file_numbers()
-    read = candidate_reader(SearchSpace.from_config(cfg.search))
+    read = candidate_reader(space or SearchSpace.from_config(cfg.search))
     rows = {r.trial: r for r in store.load_records(read)} if files else {}
     differ = []
     for number, row in sorted(rows.items()):

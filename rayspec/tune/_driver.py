@@ -110,13 +110,14 @@ def idle_reason(
         return ""
     with study_lock(cfg.out_dir, printer):
         store = _store(cfg)
-        prepare_folder(cfg, store, printer)
+        space = space or SearchSpace.from_config(cfg.search)
+        prepare_folder(cfg, store, printer, space)
         url = cfg.storage_url
         if "://" not in url and not os.path.exists(url):
             return ""
         if not os.path.isdir(StudyFolder(cfg.out_dir).trials):
             return ""
-        handle = open_study(cfg, space or SearchSpace.from_config(cfg.search))
+        handle = open_study(cfg, space)
         if handle.running():
             return ""
         records = store.load_records(candidate_reader(handle.space))
@@ -177,7 +178,7 @@ def _run_study(
     """:func:`run_study` with the study lock held."""
     t0 = time.monotonic()
     store = _store(cfg)
-    prepare_folder(cfg, store, printer)  # before the study is opened (which may write to it)
+    prepare_folder(cfg, store, printer, space)  # before the study is opened (it may write)
     handle = open_study(cfg, space)
     save_space(cfg.out_dir, space)  # the report reads the stored parameters through it
     recover(handle, store, printer)

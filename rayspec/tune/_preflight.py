@@ -206,14 +206,19 @@ def check_output_dir(cfg: ExperimentConfig) -> None:
 
 
 def preflight(
-    cfg: ExperimentConfig, *, launching: bool = True, probes: NodeProbes | None = None
+    cfg: ExperimentConfig,
+    *,
+    launching: bool = True,
+    probes: NodeProbes | None = None,
+    space: SearchSpace | None = None,
 ) -> list[str]:
     """Raise :class:`ConfigError` for any problem found before starting Ray or a server.
 
     ``launching=False`` (``--dry-run``, ``--print-config``) skips what only matters when
     servers really start on this machine: free ports, SGLang, the model folders and the GPUs.
     The real engine on a local cluster gets every node check of :func:`check_node` (through
-    ``probes``, default the real ones); a remote cluster's nodes are not inspected.
+    ``probes``, default the real ones); a remote cluster's nodes are not inspected. ``space``:
+    the experiment's space when the caller has built it (the CLI builds it once for all).
 
     Returns:
         Warnings to print; they do not stop the study.
@@ -222,7 +227,7 @@ def preflight(
         ConfigError: one line per problem (the CLI prefixes the first with ``error: ``).
     """
     _check_storage(cfg)
-    space = SearchSpace.from_config(cfg.search)
+    space = space or SearchSpace.from_config(cfg.search)
     check_grid(cfg, space)
     validate_enqueue(cfg, space)
     check_resumable(cfg, space)
@@ -236,7 +241,7 @@ def preflight(
         _probe_address(cfg.cluster.address)
     # A finished study starts no Ray and no server: this machine's ports, inputs and GPUs do
     # not matter to it.
-    on_this_machine = local and launching and _servers_start(cfg)
+    on_this_machine = local and launching and _servers_start(cfg, space)
     if on_this_machine:
         problems += _check_launch_inputs(cfg)
         if cfg.cluster.include_dashboard:
@@ -269,11 +274,11 @@ def _problem(check: Callable[..., None], *args: Any) -> list[str]:
     return []
 
 
-def _servers_start(cfg: ExperimentConfig) -> bool:
+def _servers_start(cfg: ExperimentConfig, space: SearchSpace) -> bool:
     """Whether this run would launch a server (a finished study would not)."""
     from rayspec.tune._driver import idle_reason
 
-    return not idle_reason(cfg)
+    return not idle_reason(cfg, space=space)
 
 
 def _check_twin(cfg: ExperimentConfig) -> None:
