@@ -131,7 +131,11 @@ class StreamResult:
 
 
 class _Partial(Exception):
-    """Carries the timeline of a stream that failed, next to the typed error."""
+    """Carries the timeline of a stream that failed, next to the typed error.
+
+    Private control flow, outside rayspec's exception tree on purpose: it never leaves the
+    client (``stream`` raises its ``error``, ``measure`` records it).
+    """
 
     def __init__(
         self,

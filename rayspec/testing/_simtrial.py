@@ -20,7 +20,6 @@ import os
 import time
 
 from rayspec._config import ExperimentConfig
-from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
 from rayspec._types import RequestRecord
 from rayspec._types import RunDecision
@@ -82,7 +81,7 @@ class SimulatedTrials:
             server = SimulatedServer(launch.argv[3:], dict(launch.env), self.profile)
         except SimulatedStartupError as exc:
             return failed_result(
-                number, candidate, FailureReason(exc.reason), str(exc), launch=launch,
+                number, candidate, exc.reason, str(exc), launch=launch,
                 start=start, node="simulated",
             )  # fmt: skip
         scenario = plan.scenarios[0]

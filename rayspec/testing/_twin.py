@@ -27,19 +27,28 @@ from types import TracebackType
 
 import httpx
 
+from rayspec._exceptions import FailureReason
+from rayspec._exceptions import ServerExited
 
-class TwinExitedError(RuntimeError):
+
+class TwinExitedError(ServerExited):
     """The twin exited while a caller waited for it to become ready.
 
     Attributes:
         returncode: its exit status.
-        log: the whole log.
+        log: the whole log (``log_tail``: its last 20 lines).
     """
+
+    returncode: int
 
     def __init__(self, returncode: int, log: str) -> None:
         tail = "\n".join(log.splitlines()[-20:])
-        super().__init__(f"twin exited with {returncode}; log tail:\n{tail}")
-        self.returncode = returncode
+        super().__init__(
+            f"twin exited with {returncode}; log tail:\n{tail}",
+            reason=FailureReason.STARTUP_CRASH,
+            log_tail=tail,
+            returncode=returncode,
+        )
         self.log = log
 
 

@@ -185,7 +185,7 @@ def failed_result(
         requests=requests,
         start_unix_s=start if start is not None else now,
         end_unix_s=now,
-        failure=reason.value,
+        failure=reason,
         failure_detail=detail,
         log_tail=log_tail,
         node=node,
