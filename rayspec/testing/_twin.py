@@ -29,6 +29,7 @@ import httpx
 
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import ServerExited
+from rayspec._popen import spawn
 
 
 class TwinExitedError(ServerExited):
@@ -125,12 +126,8 @@ class TwinProcess:
     def start(self) -> TwinProcess:
         """Start the process (no wait)."""
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                start_new_session=True,
+            self.proc = spawn(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, new_session=True
             )
         return self
 

@@ -50,7 +50,8 @@ def await_placement(ref: Any, *, what: str, timeout_s: float, note: Callable[[st
 
     Raises:
         PlacementTimeout: ``timeout_s`` passed first.
-        ray.exceptions.RayError: the actor died (e.g. its node) or the call failed.
+        ray.exceptions.RayError: the actor died (e.g. its node) or the call failed (the
+            caller translates it: ``rayspec._rayerrors.map_ray_errors``).
     """
     limit = timeout_s if timeout_s > 0 else math.inf
     start = time.monotonic()
