@@ -10,6 +10,9 @@ it as a client would::
 
 The child gets a copy of this process's environment without any ``NCCL_*`` or ``SGLANG_*``
 variable (hermetic), plus ``env``. stdout and stderr go to one log file, as the launcher does.
+It starts through ``rayspec._popen.spawn`` like every child of rayspec (one owner of Popen: no
+shell, argv a list), in a session of its own, but without a reaper: the harness owns it and
+ends it in ``stop`` (its process group), where a test can watch it die.
 """
 
 from __future__ import annotations
