@@ -1,16 +1,42 @@
 """Exceptions raised by rayspec.
 
 Every error rayspec raises on purpose derives from :class:`RayspecError`, so a caller can catch
-exactly the level it cares about::
+exactly the level it cares about. The whole tree, with where each class lives when it is not
+here (a package's own errors stay beside the code that raises them)::
 
     RayspecError
-    ├── ConfigError              bad experiment file, override or search space (exit code 2)
-    ├── LaunchError              a server could not be brought up or kept up
-    │   ├── ServerExited         the server process died (return code and log tail attached)
-    │   └── ServerStartTimeout   the server never became ready within the startup timeout
-    ├── BenchError               the benchmark client failed against a live server
-    │   └── StreamStalled        a stream made no progress within the read timeout
-    └── StoreError               the Parquet store cannot be read or written
+    ├── ConfigError (also ValueError)  bad experiment file, override or search space (exit code 2)
+    │   └── StudyLockedError           tune/_lock.py: another driver holds the study folder
+    ├── LaunchError                    a server could not be brought up or kept up
+    │   ├── ServerExited               the server process died (return code and log tail attached)
+    │   │   └── TwinExitedError        testing/_twin.py: a test's twin process exited before ready
+    │   ├── ServerStartTimeout         the server never became ready within the startup timeout
+    │   └── SimulatedStartupError      twin/_simulate.py: a simulated start fails as the twin would
+    ├── ClusterError                   the Ray cluster failed a trial, not its configuration
+    │   ├── NodeLost                   the trial's node died (``node_lost``)
+    │   ├── ActorLost                  an actor's worker died or cannot be reached (``actor_lost``)
+    │   ├── CallTimeout                a Ray call gave no answer within its timeout
+    │   └── PlacementTimeout           tune/_placement.py: no node had the GPUs in time
+    ├── BenchError                     the benchmark client failed against a live server
+    │   └── StreamStalled              a stream made no progress within the read timeout
+    ├── StoreError                     the Parquet store cannot be read or written
+    ├── MetricsUnavailable             metrics/_read.py: the study's metrics cannot be read now
+    ├── ProfileError (also ValueError) twin/_errors.py: a twin profile is missing or malformed
+    ├── NcclError                      twin/_errors.py: a simulated NCCL failure
+    │   ├── NcclInitError              at communicator init
+    │   │   └── NcclForbiddenError     NVLink multicast asked for where it must stay off
+    │   └── NcclNoAlgorithmError       at the first collective
+    ├── DraftTreeError (also RuntimeError)  twin/_errors.py: draft budget larger than the tree
+    └── EngineDead (also RuntimeError) twin/_engine.py: the twin's simulated scheduler crashed
+
+Outside it on purpose: ``screen/_allreduce.py``'s ``Unusable`` (that worker runs by file path
+under the servers' interpreter, which need not have rayspec: it imports only the standard
+library and torch, and the error leaves it only as an exit status) and ``bench/_client.py``'s
+private ``_Partial`` (control flow inside the client: it carries a stream's timeline to
+``measure`` next to the typed :class:`BenchError`, which is what leaves the client).
+
+Ray's own errors are translated at one boundary, ``tune/_rayerrors.py``'s ``map_ray_errors``,
+into :class:`ClusterError` (or the rayspec error a remote call raised, unwrapped).
 
 A failure's class is the :class:`FailureReason` attribute ``reason``, never something read back
 out of the message text.
@@ -21,8 +47,12 @@ from __future__ import annotations
 import enum
 
 
-class FailureReason(str, enum.Enum):
-    """Why a trial failed; stored verbatim in Parquet and in the Optuna trial's attributes."""
+class FailureReason(enum.StrEnum):
+    """Why a trial failed; stored verbatim in Parquet and in the Optuna trial's attributes.
+
+    A ``StrEnum``: it is its value as text too (``str()``, f-strings, JSON, ``== "node_lost"``),
+    so a line or a stored attribute reads ``node_lost``, never ``FailureReason.NODE_LOST``.
+    """
 
     STARTUP_CRASH = "startup_crash"
     ARGUMENT_ERROR = "argument_error"
@@ -121,3 +151,44 @@ class StreamStalled(BenchError):
 
 class StoreError(RayspecError):
     """The trial store cannot be read or written."""
+
+
+class ClusterError(RayspecError):
+    """The Ray cluster failed a trial (a node, an actor or a call), not its configuration.
+
+    Attributes:
+        reason: the classified failure (``node_lost``, ``actor_lost``, ``no_placement``, or
+            ``unknown`` for a Ray error that is none of those).
+        node: the node that died, as a trial row names it (``"<ip> <node id>"``), if known.
+    """
+
+    def __init__(
+        self, message: str, *, reason: FailureReason = FailureReason.UNKNOWN, node: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.node = node
+
+
+class NodeLost(ClusterError):
+    """The trial's Ray node died while the trial ran."""
+
+    def __init__(self, message: str, *, node: str = "") -> None:
+        super().__init__(message, reason=FailureReason.NODE_LOST, node=node)
+
+
+class ActorLost(ClusterError):
+    """An actor's Ray worker died (killed, or the host's OOM killer) or cannot be reached.
+
+    Attributes:
+        unreachable: Ray could not reach the actor (its node may be dying) rather than saw
+            it die.
+    """
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message, reason=FailureReason.ACTOR_LOST)
+        self.unreachable = unreachable
+
+
+class CallTimeout(ClusterError):
+    """A Ray call gave no answer within its timeout."""

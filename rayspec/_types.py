@@ -238,15 +238,18 @@ class TrialResult:
     requests: tuple[RequestRecord, ...]
     start_unix_s: float
     end_unix_s: float
-    failure: str | None = None  # a FailureReason value
+    failure: FailureReason | None = None
     failure_detail: str = ""
     log_tail: str = ""
     server_info: str = ""  # JSON of /get_server_info, for cross-checks
     node: str = ""
 
     def __post_init__(self) -> None:
-        # Normalise once: callers may pass Optuna's state names as text.
+        # Normalise once: callers may pass Optuna's state names, and the stored failure, as
+        # text (a row read back from Parquet or the journal).
         object.__setattr__(self, "state", TrialState(self.state))
+        if self.failure is not None:
+            object.__setattr__(self, "failure", FailureReason(self.failure))
 
     @property
     def costs_restart(self) -> bool:

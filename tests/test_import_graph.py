@@ -22,6 +22,8 @@ LAYERS = (
     "_text",
     "_exceptions",
     "_types",
+    "_rayerrors",  # Ray's errors as rayspec's: imports ray and _exceptions only
+    "_popen",  # the one Popen: imports the standard library and _exceptions only
     "metrics",
     "store",
     "engines",

@@ -131,7 +131,11 @@ class StreamResult:
 
 
 class _Partial(Exception):
-    """Carries the timeline of a stream that failed, next to the typed error."""
+    """Carries the timeline of a stream that failed, next to the typed error.
+
+    Private control flow, outside rayspec's exception tree on purpose: it never leaves the
+    client (``stream`` raises its ``error``, ``measure`` records it).
+    """
 
     def __init__(
         self,
@@ -172,6 +176,8 @@ class StreamClient:
         read_timeout_s: the longest gap allowed between two chunks.
         request_timeout_s: deadline for one whole request.
         temperature, ignore_eos, model: request fields.
+        transport: the httpx transport every connection goes through (default: the network);
+            e.g. an ``httpx.MockTransport`` that answers a test's requests without a server.
 
     Use it as an async context manager::
 
@@ -190,6 +196,7 @@ class StreamClient:
         temperature: float = 0.0,
         ignore_eos: bool = True,
         model: str = "default",
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if endpoint not in ("generate", "completions"):
             raise ValueError(f"endpoint={endpoint!r}: expected 'generate' or 'completions'")
@@ -212,6 +219,7 @@ class StreamClient:
                 verify=ssl_context,
                 limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
                 timeout=timeout,
+                transport=transport,
             )
             for _ in range(max_streams)
         ]
@@ -223,6 +231,7 @@ class StreamClient:
             trust_env=False,
             verify=ssl_context,
             timeout=httpx.Timeout(10.0),
+            transport=transport,
         )
         # One (unix, perf_counter) anchor: start stamps keep perf_counter's precision.
         self._anchor_unix = time.time()

@@ -15,6 +15,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from rayspec._exceptions import RayspecError
+
 __all__ = ["EXPORTER_FILE", "MetricsUnavailable", "read_study_metrics", "write_exporter_file"]
 
 EXPORTER_FILE = "ray_metrics.json"
@@ -25,7 +27,7 @@ _RAY_LABELS = frozenset(
 )
 
 
-class MetricsUnavailable(Exception):
+class MetricsUnavailable(RayspecError):
     """The study's metrics cannot be read now; the message is one line saying why."""
 
 

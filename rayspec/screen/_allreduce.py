@@ -67,7 +67,12 @@ _TERMINATE_WAIT_S = 5.0
 
 
 class Unusable(RuntimeError):
-    """This machine cannot run the benchmark (a rank exits with ``EXIT_UNUSABLE``)."""
+    """This machine cannot run the benchmark (a rank exits with ``EXIT_UNUSABLE``).
+
+    Outside rayspec's exception tree on purpose: this worker imports only the standard library
+    and torch (the servers' interpreter need not have rayspec), and the error never leaves its
+    process: ``screen/_torch.py`` reads the exit status and raises ``LaunchError``.
+    """
 
 
 def _sizes(text: str) -> list[int]:

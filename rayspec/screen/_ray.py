@@ -17,8 +17,11 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from rayspec._exceptions import ActorLost
+from rayspec._exceptions import CallTimeout
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
+from rayspec._exceptions import RayspecError
 from rayspec._plural import plural
 from rayspec.screen._base import BaseNcclScreen
 from rayspec.screen._base import ScreenResult
@@ -116,9 +119,8 @@ class RayNcclScreen(BaseNcclScreen):
                 the node (no set is to blame).
         """
         import ray
-        from ray.exceptions import GetTimeoutError
-        from ray.exceptions import RayActorError
-        from ray.exceptions import RayTaskError
+
+        from rayspec._rayerrors import map_ray_errors
 
         actor = self._start()
         ref = actor.measure.remote([dict(e) for e in envs], [int(s) for s in sizes_bytes],
@@ -127,29 +129,28 @@ class RayNcclScreen(BaseNcclScreen):
         if self.place_timeout_s > 0:
             wait_s = self.place_timeout_s + len(envs) * (timeout_s + _PER_SET_SLACK_S)
         try:
-            results: list[ScreenResult] = ray.get(ref, timeout=wait_s)
-            self._description = str(ray.get(actor.describe.remote(), timeout=60))
-        except GetTimeoutError as exc:
+            with map_ray_errors():
+                results: list[ScreenResult] = ray.get(ref, timeout=wait_s)
+                self._description = str(ray.get(actor.describe.remote(), timeout=60))
+        except CallTimeout as exc:
             self.close()
             raise LaunchError(
                 f"the NCCL screen's actor gave no answer within {wait_s or 0:g} s (are "
                 f"{plural(self.world_size, 'GPU')} free on one node?)",
                 reason=FailureReason.UNKNOWN,
             ) from exc
-        except RayTaskError as exc:
-            self.close()
-            # The worker's own LaunchError (e.g. no GPU on the node): its one-line message,
-            # not Ray's wrapping (the remote traceback, in colour).
-            if isinstance(exc.cause, LaunchError):
-                raise exc.cause from None
-            raise
-        except RayActorError as exc:
+        except ActorLost as exc:
             self._actor = None
-            first = str(exc).strip().splitlines()  # Ray's text runs to many lines
+            first = str(exc.__cause__ or exc).strip().splitlines()  # Ray's text: many lines
             raise LaunchError(
                 f"the NCCL screen's actor died (its node lost?): {first[0] if first else exc}",
                 reason=FailureReason.UNKNOWN,
             ) from exc
+        except RayspecError:
+            # The worker's own LaunchError (e.g. no GPU on the node), unwrapped: its one-line
+            # message, not Ray's wrapping (the remote traceback, in colour); or a failed call.
+            self.close()
+            raise
         return results
 
     def describe(self) -> str:

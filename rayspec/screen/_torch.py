@@ -4,21 +4,19 @@ NCCL reads most of its variables once per process, so every environment set gets
 of :mod:`rayspec.screen._allreduce` (by file path, under the servers' interpreter), in its own
 session: a set that hangs is ended by killing its whole process group, ranks included.
 
-This module starts its children itself rather than through ``rayspec.server._process``: a
-microbenchmark is short, waited on synchronously and needs its output, not a reaper and a log
-file; its ranks end themselves when their owner dies (see the worker's docstring).
+Its children start through ``rayspec._popen.run_to_end`` (the one owner of Popen) rather than a
+server's reaper (``rayspec.server._process``): a microbenchmark is short, waited on
+synchronously and needs its output, not a reaper and a log file; its ranks end themselves when
+their owner dies (see the worker's docstring).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -27,6 +25,8 @@ from typing import Any
 
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
+from rayspec._popen import Finished
+from rayspec._popen import run_to_end
 from rayspec.screen._base import BaseNcclScreen
 from rayspec.screen._base import ScreenResult
 from rayspec.screen._base import ScreenStatus
@@ -34,7 +34,6 @@ from rayspec.screen._base import env_key
 
 __all__ = ["NO_MULTICAST_ENV", "TorchNcclScreen", "WorkerInfo"]
 
-_logger = logging.getLogger(__name__)
 
 #: Exported to every run, whatever the set says: the screen never creates multicast objects.
 NO_MULTICAST_ENV = {
@@ -44,8 +43,6 @@ NO_MULTICAST_ENV = {
 }
 # By path, not imported: ``python -m rayspec.screen._allreduce`` imports this package first.
 _WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_allreduce.py")
-_TERM_GRACE_S = 3.0
-_GONE_WAIT_S = 5.0
 _DETAIL_CHARS = 300
 
 
@@ -70,14 +67,6 @@ class WorkerInfo:
     device: str
     device_name: str
     init_s: float
-
-
-@dataclass(frozen=True)
-class _Run:
-    returncode: int | None  # None: killed after the timeout
-    stdout: str
-    stderr: str
-    elapsed_s: float
 
 
 class TorchNcclScreen(BaseNcclScreen):
@@ -238,89 +227,8 @@ class TorchNcclScreen(BaseNcclScreen):
             self.info = _info(data)
         return ScreenResult(key, ScreenStatus.OK, latency, elapsed_s=run.elapsed_s)
 
-    def _run(self, argv: list[str], env: dict[str, str], timeout_s: float) -> _Run:
-        t0 = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                argv,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group: a hang is killed whole
-                close_fds=True,
-            )
-        except OSError as exc:
-            raise LaunchError(
-                f"cannot start the NCCL screen's worker with {argv[0]!r}: {exc}",
-                reason=FailureReason.UNKNOWN,
-            ) from exc
-        try:
-            stdout, stderr = proc.communicate(timeout=timeout_s)
-            returncode: int | None = proc.returncode
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            stdout, stderr = _drain(proc)
-            returncode = None
-        except BaseException:  # interrupted (Ctrl-C, a Ray cancel): take the group down too
-            _kill_group(proc)
-            raise
-        if returncode not in (None, 0):
-            _kill_group(proc)  # a failed run may leave ranks behind; the group id is ours
-        return _Run(
-            returncode,
-            stdout.decode(errors="replace"),
-            stderr.decode(errors="replace"),
-            time.monotonic() - t0,
-        )
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the run's process group, wait a little, SIGKILL what is left, reap the leader."""
-    pgid = proc.pid  # start_new_session: the leader's pid is the group's id
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + _TERM_GRACE_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    proc.poll()
-    deadline = time.monotonic() + _GONE_WAIT_S
-    while group_members(pgid):
-        if time.monotonic() >= deadline:
-            _logger.warning("process group %d of the NCCL screen still has members", pgid)
-            return
-        time.sleep(0.05)
-
-
-def group_members(pgid: int) -> list[int]:
-    """The live (non-zombie) processes of process group ``pgid``, from /proc.
-
-    A dead rank reparented to an init that does not reap stays a zombie: it holds no GPU, so
-    it does not count (``killpg(pgid, 0)`` would count it).
-    """
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            pids.append(int(name))
-    return pids
-
-
-def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
-    try:
-        return proc.communicate(timeout=_GONE_WAIT_S)
-    except subprocess.TimeoutExpired:  # a pipe held by a process outside the group
-        proc.kill()
-        return b"", b""
+    def _run(self, argv: list[str], env: dict[str, str], timeout_s: float) -> Finished:
+        return run_to_end(argv, env, timeout_s, what="the NCCL screen's worker")
 
 
 def _result_line(stdout: str) -> dict[str, Any] | None:
@@ -368,7 +276,7 @@ def _message_lines(text: str) -> list[str]:
     return out
 
 
-def _error_detail(run: _Run) -> str:
+def _error_detail(run: Finished) -> str:
     """The line that says why: NCCL's own error first, then the exception, then the last line."""
     lines = _message_lines(run.stderr)
     pick = next((ln for ln in lines if "NCCL error" in ln), "")
@@ -387,7 +295,7 @@ def _error_detail(run: _Run) -> str:
     return text if len(text) <= _DETAIL_CHARS else text[: _DETAIL_CHARS - 1] + "…"
 
 
-def _unusable_detail(run: _Run) -> str:
+def _unusable_detail(run: Finished) -> str:
     """Why the machine cannot run the benchmark: the rank's own ``cannot run here:`` line
     (e.g. ``1 ranks need 1 GPUs; 0 visible``), not the launcher's exit-status line after it."""
     from rayspec.screen._allreduce import UNUSABLE_MARK

@@ -1,4 +1,5 @@
-"""Starting and stopping a server process tree: the only module of rayspec that calls Popen.
+"""Starting and stopping a server process tree (started through ``rayspec._popen``, the only
+module of rayspec that calls Popen).
 
 A server never runs as a direct child of its owner (the Ray actor). :func:`start_process`
 starts the detached reaper of :mod:`rayspec.server._reaper`, which starts the server and tears
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
+from rayspec._popen import spawn
 from rayspec.server import _reaper
 
 if TYPE_CHECKING:
@@ -204,12 +206,8 @@ def start_process(
     ]
     try:
         with open(log, "ab") as err:
-            proc = subprocess.Popen(  # the reaper's own env: ours, untouched
-                cmd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                close_fds=True,
+            proc = spawn(  # the reaper's own env: ours, untouched
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
             )
     except OSError as exc:
         raise LaunchError(

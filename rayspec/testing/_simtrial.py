@@ -3,7 +3,8 @@
 :class:`SimulatedTrials` is a drop-in ``trial_fn`` for :func:`rayspec.tune.run_study`: each trial
 builds the exact launch a real trial would (argv, environment, per-trial twin seed), starts a
 :class:`~rayspec.twin.SimulatedServer` from it, and measures it with the experiment's protocol
-(warm-up, runs, prompts in the same order, the driver's prune / extend answers after each run).
+(warm-up, runs, prompts in the same order, the driver's prune / extend answers after each run:
+the one loop of :func:`rayspec.bench._protocol.measure`, which a real trial runs too).
 The result goes through the same builder as a real trial's. No Ray, no process, no HTTP.
 
 It exists for the search benchmark and the search tests. It simulates batch 1 only (one
@@ -20,15 +21,16 @@ import os
 import time
 
 from rayspec._config import ExperimentConfig
-from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
 from rayspec._types import RequestRecord
-from rayspec._types import RunDecision
 from rayspec._types import TrialResult
+from rayspec.bench import BenchPlan
 from rayspec.bench import BenchResult
 from rayspec.bench import RunReport
 from rayspec.bench import request_input
 from rayspec.bench import run_tok_s
+from rayspec.bench._protocol import Watch
+from rayspec.bench._protocol import measure
 from rayspec.server import build_launch
 from rayspec.tune._trial import PhaseCallback
 from rayspec.tune._trial import RunsCallback
@@ -82,13 +84,12 @@ class SimulatedTrials:
             server = SimulatedServer(launch.argv[3:], dict(launch.env), self.profile)
         except SimulatedStartupError as exc:
             return failed_result(
-                number, candidate, FailureReason(exc.reason), str(exc), launch=launch,
+                number, candidate, exc.reason, str(exc), launch=launch,
                 start=start, node="simulated",
             )  # fmt: skip
         scenario = plan.scenarios[0]
-        reports: list[RunReport] = []
 
-        def measure(run: int, n: int) -> RunReport:
+        def measure_run(run: int, n: int) -> RunReport:
             records = []
             for i in range(n):
                 ask = request_input(scenario, run, i)
@@ -103,31 +104,25 @@ class SimulatedTrials:
                     )
                 )  # fmt: skip
             wall = sum(rec.e2e_ms for rec in records) / 1000.0
-            report = RunReport(scenario.name, run, tuple(records), wall, 0.0, run_tok_s(records))
-            reports.append(report)
-            return report
+            return RunReport(scenario.name, run, tuple(records), wall, 0.0, run_tok_s(records))
 
-        if plan.warmup:
-            measure(-1, plan.warmup)
-        values: list[float] = []
-        decision = RunDecision.CONTINUE
-        pruned = False
-        run = 0
-        while True:
-            values.append(measure(run, scenario.requests_per_run).tok_s)
-            run += 1
-            if on_runs is not None:
-                decision = on_runs(number, list(values))
-            if decision is RunDecision.PRUNE and run < plan.repeats:
-                pruned = True
-                break
-            if run >= cfg.max_repeats:
-                break
-            if run >= plan.repeats and decision is not RunDecision.EXTEND:
-                break
-        bench = BenchResult(
-            records=tuple(r for rep in reports for r in rep.records), runs=tuple(reports)
-        )
+        def run_plan(part: BenchPlan, watch: Watch | None) -> BenchResult:
+            # The protocol's ``run``, in process: the same warm-up, runs and prompts as the
+            # bench actor's, and the same stop after the run that asked for it.
+            reports = [measure_run(-1, part.warmup)] if part.warmup else []
+            values: list[float] = []
+            stopped = ""
+            for run in range(part.first_run, part.first_run + part.repeats):
+                reports.append(measure_run(run, part.scenarios[0].requests_per_run))
+                values.append(reports[-1].tok_s)
+                if watch is not None and watch(values):
+                    stopped = "callback"
+                    break
+            records = tuple(r for rep in reports for r in rep.records)
+            return BenchResult(records=records, runs=tuple(reports), stopped=stopped)
+
+        decide = None if on_runs is None else (lambda values: on_runs(number, list(values)))
+        bench, pruned = measure(plan, run_plan, max_repeats=cfg.max_repeats, decide=decide)
         return trial_result(
             cfg, number, candidate, launch, bench, pruned=pruned,
             info={"engine": "twin (simulated in-process)"}, view={}, start=start,

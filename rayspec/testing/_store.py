@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
 from rayspec._types import RequestRecord
 from rayspec._types import SpecSettings
@@ -24,7 +25,7 @@ def _result(trial: int, state: str = "COMPLETE", **metrics: float) -> TrialResul
         trial=trial, state=TrialState(state), value=metrics.get("tok_s_mean"),
         candidate=Candidate(spec=SpecSettings("EAGLE3", 2, 1, 3)), launch=None,
         metrics=metrics, requests=(record,), start_unix_s=1.0, end_unix_s=2.0,
-        failure=None if state == "COMPLETE" else "unknown",
+        failure=None if state == "COMPLETE" else FailureReason.UNKNOWN,
     )  # fmt: skip
 
 

@@ -10,6 +10,9 @@ it as a client would::
 
 The child gets a copy of this process's environment without any ``NCCL_*`` or ``SGLANG_*``
 variable (hermetic), plus ``env``. stdout and stderr go to one log file, as the launcher does.
+It starts through ``rayspec._popen.spawn`` like every child of rayspec (one owner of Popen: no
+shell, argv a list), in a session of its own, but without a reaper: the harness owns it and
+ends it in ``stop`` (its process group), where a test can watch it die.
 """
 
 from __future__ import annotations
@@ -27,19 +30,29 @@ from types import TracebackType
 
 import httpx
 
+from rayspec._exceptions import FailureReason
+from rayspec._exceptions import ServerExited
+from rayspec._popen import spawn
 
-class TwinExitedError(RuntimeError):
+
+class TwinExitedError(ServerExited):
     """The twin exited while a caller waited for it to become ready.
 
     Attributes:
         returncode: its exit status.
-        log: the whole log.
+        log: the whole log (``log_tail``: its last 20 lines).
     """
+
+    returncode: int
 
     def __init__(self, returncode: int, log: str) -> None:
         tail = "\n".join(log.splitlines()[-20:])
-        super().__init__(f"twin exited with {returncode}; log tail:\n{tail}")
-        self.returncode = returncode
+        super().__init__(
+            f"twin exited with {returncode}; log tail:\n{tail}",
+            reason=FailureReason.STARTUP_CRASH,
+            log_tail=tail,
+            returncode=returncode,
+        )
         self.log = log
 
 
@@ -116,12 +129,8 @@ class TwinProcess:
     def start(self) -> TwinProcess:
         """Start the process (no wait)."""
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self.env,
-                start_new_session=True,
+            self.proc = spawn(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, new_session=True
             )
         return self
 

@@ -167,7 +167,7 @@ def rebuilt_record(
         value=t.value if state is TrialState.COMPLETE else None,
         candidate=candidate, launch=launch, metrics=metrics, requests=(),
         start_unix_s=start, end_unix_s=t.end_unix_s or start,
-        failure=None if state is not TrialState.FAIL else str(failure or "unknown"),
+        failure=None if state is not TrialState.FAIL else FailureReason(failure or "unknown"),
         failure_detail="rebuilt from the Optuna journal: the trial file was missing",
     )  # fmt: skip
     repeat, restart = attrs.get(ATTR_REPEAT_OF), attrs.get(ATTR_RESTART)

@@ -105,6 +105,6 @@ def check_output(
         state=TrialState.FAIL,
         value=None,
         metrics=metrics,
-        failure=FailureReason.WRONG_OUTPUT.value,
+        failure=FailureReason.WRONG_OUTPUT,
         failure_detail=verdict.describe(gate.gate_tokens, gate.reference_trial),
     )

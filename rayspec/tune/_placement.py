@@ -15,6 +15,8 @@ from typing import Any
 
 import ray
 
+from rayspec._exceptions import ClusterError
+from rayspec._exceptions import FailureReason
 from rayspec._plural import plural
 
 __all__ = ["PlacementTimeout", "await_placement", "waiting_for"]
@@ -23,11 +25,11 @@ _FIRST_NOTE_S = 10.0  # placement is normally at once: say something after this 
 _NOTE_EVERY_S = 60.0
 
 
-class PlacementTimeout(Exception):
-    """No node gave the actor its resources in time (``waited_s`` seconds)."""
+class PlacementTimeout(ClusterError):
+    """No node gave the actor its resources in time (``waited_s`` seconds): no server started."""
 
     def __init__(self, waited_s: float) -> None:
-        super().__init__(f"not placed within {waited_s:.0f} s")
+        super().__init__(f"not placed within {waited_s:.0f} s", reason=FailureReason.NO_PLACEMENT)
         self.waited_s = waited_s
 
 
@@ -48,7 +50,8 @@ def await_placement(ref: Any, *, what: str, timeout_s: float, note: Callable[[st
 
     Raises:
         PlacementTimeout: ``timeout_s`` passed first.
-        ray.exceptions.RayError: the actor died (e.g. its node) or the call failed.
+        ray.exceptions.RayError: the actor died (e.g. its node) or the call failed (the
+            caller translates it: ``rayspec._rayerrors.map_ray_errors``).
     """
     limit = timeout_s if timeout_s > 0 else math.inf
     start = time.monotonic()

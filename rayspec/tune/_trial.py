@@ -4,7 +4,6 @@ same node measures it over loopback, and the whole process tree is gone before i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -19,9 +18,17 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rayspec._config import ExperimentConfig
+from rayspec._exceptions import ActorLost
+from rayspec._exceptions import ClusterError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
+from rayspec._exceptions import NodeLost
+from rayspec._exceptions import RayspecError
 from rayspec._plural import plural
+from rayspec._rayerrors import map_ray_errors
+from rayspec._rayerrors import ray_get
+from rayspec._rayerrors import ray_kill
+from rayspec._rayerrors import ray_message
 from rayspec._types import Candidate
 from rayspec._types import LaunchSpec
 from rayspec._types import RequestRecord
@@ -34,6 +41,10 @@ from rayspec.bench import BenchResult
 from rayspec.bench import Scenario
 from rayspec.bench import first_failure
 from rayspec.bench import summarize
+from rayspec.bench._protocol import RunPlan
+from rayspec.bench._protocol import Watch
+from rayspec.bench._protocol import extension
+from rayspec.bench._protocol import measure
 from rayspec.engines import engine_named
 from rayspec.server import ServerActor
 from rayspec.server import build_launch
@@ -43,13 +54,16 @@ from rayspec.tune._cluster import NODE_RESOURCE_SHARE
 from rayspec.tune._placement import PlacementTimeout
 from rayspec.tune._placement import await_placement
 from rayspec.tune._placement import waiting_for
+from rayspec.tune._site import ACTOR_LOST_DETAIL
+from rayspec.tune._site import TrialSite
+from rayspec.tune._site import alive_nodes
+from rayspec.tune._site import lost_detail
+from rayspec.tune._site import node_lost
 
 __all__ = [
     "bench_plan",
     "extension_plan",
     "failed_result",
-    "node_alive",
-    "node_lost",
     "objective_scenario",
     "run_trial",
     "trial_result",
@@ -62,11 +76,6 @@ PhaseCallback = Callable[[int, str], None]
 # or stop (pruned).
 RunsCallback = Callable[[int, Sequence[float]], RunDecision]
 _POLL_S = 0.5
-# How long an unreachable actor may precede Ray marking its node dead (the GCS health check:
-# 5 missed checks 3 s apart by default) before it is put down to something else. A dead actor
-# on a dead node is only declared dead once the node is, so that wait is short.
-_NODE_DEATH_WAIT_S = 20.0
-_ACTOR_DEATH_WAIT_S = 3.0
 
 
 class _LiveActors:
@@ -99,22 +108,11 @@ class _LiveActors:
             actors = [a for group in self._actors.values() for a in group]
             self._actors.clear()
         for actor in actors:
-            try:
-                ray.kill(actor)
-            except ray.exceptions.RayError:
-                pass
+            ray_kill(actor)
         return len(actors)
 
 
 LIVE_ACTORS = _LiveActors()
-
-
-def _message(exc: BaseException) -> str:
-    """An error's own message: Ray wraps remote errors with a traceback and colour codes."""
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, BaseException):
-        exc = cause
-    return str(exc.args[0]) if exc.args else type(exc).__name__
 
 
 def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
@@ -143,17 +141,9 @@ def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
 
 
 def extension_plan(cfg: ExperimentConfig, done: int) -> BenchPlan:
-    """More runs of the objective scenario on the same server, after ``done`` measured runs:
-    no flush, no warm-up, run numbers (and prompts) continuing where the plan stopped."""
-    plan = bench_plan(cfg)
-    return dataclasses.replace(
-        plan,
-        scenarios=plan.scenarios[:1],
-        warmup=0,
-        flush_cache=False,
-        first_run=done,
-        repeats=max(1, cfg.max_repeats - done),
-    )
+    """More runs of the objective scenario on the same server, after ``done`` measured runs
+    (:func:`rayspec.bench._protocol.extension` of the experiment's plan)."""
+    return extension(bench_plan(cfg), done, cfg.max_repeats)
 
 
 def objective_scenario(cfg: ExperimentConfig) -> str:
@@ -187,76 +177,10 @@ def failed_result(
         requests=requests,
         start_unix_s=start if start is not None else now,
         end_unix_s=now,
-        failure=reason.value,
+        failure=reason,
         failure_detail=detail,
         log_tail=log_tail,
         node=node,
-    )
-
-
-def node_alive(node_id: str) -> bool:
-    """Whether Ray counts the node alive now (an unknown node is not)."""
-    for node in ray.nodes():  # type: ignore[no-untyped-call]
-        if node.get("NodeID") == node_id:
-            return bool(node.get("Alive"))
-    return False
-
-
-def node_lost(node_id: str, exc: BaseException | None = None, wait_s: float | None = None) -> bool:
-    """Whether the trial's node died: asked after one of its actors failed.
-
-    An actor error can reach the driver before Ray marks the node dead, so after one the node
-    gets up to ``wait_s`` to be marked (by default: long for an unreachable actor, short for a
-    dead one, which Ray declares dead only after its node); after any other error (or none)
-    only its state now counts.
-    """
-    if not node_id:
-        return False
-    if not isinstance(exc, ray.exceptions.RayActorError):
-        return not node_alive(node_id)
-    deadline = time.monotonic() + (_death_wait_s(exc) if wait_s is None else wait_s)
-    while True:
-        if not node_alive(node_id):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.25)
-
-
-def _death_wait_s(exc: BaseException) -> float:
-    unreachable = isinstance(exc, ray.exceptions.ActorUnavailableError)
-    return _NODE_DEATH_WAIT_S if unreachable else _ACTOR_DEATH_WAIT_S
-
-
-def _alive_nodes() -> dict[str, str]:
-    """The alive nodes now: node id -> ``"<ip> <node id>"`` (as a trial row names its node)."""
-    return {
-        str(n["NodeID"]): f"{n.get('NodeManagerAddress', '')} {str(n['NodeID'])[:12]}"
-        for n in ray.nodes()  # type: ignore[no-untyped-call]
-        if n.get("Alive")
-    }
-
-
-def _lost_unplaced(exc: BaseException, alive_at_start: dict[str, str]) -> str:
-    """After an actor error that came before the trial learnt its node: the node it was on,
-    when one of the nodes alive at the trial's start has died since ("" otherwise)."""
-    if not isinstance(exc, ray.exceptions.RayActorError) or not alive_at_start:
-        return ""
-    deadline = time.monotonic() + _death_wait_s(exc)
-    while True:
-        now = _alive_nodes()
-        dead = [label for nid, label in alive_at_start.items() if nid not in now]
-        if dead:
-            return dead[0] if len(dead) == 1 else "one of " + ", ".join(dead)
-        if time.monotonic() >= deadline:
-            return ""
-        time.sleep(0.25)
-
-
-def _lost_detail(node: str, what: str) -> str:
-    return (
-        f"the trial's Ray node ({node}) died {what}; the configuration is tried again "
-        "on another node (once)"
     )
 
 
@@ -292,7 +216,11 @@ def run_trial(
     # The trial's GPUs on one node (num_gpus never spans nodes), on a node that declares
     # cluster.node_resource when it is set.
     resource = cfg.cluster.node_resource
-    alive_at_start = _alive_nodes()  # to name the node if it dies before the trial knows it
+    site = TrialSite(  # what a Ray error of the trial means
+        alive_at_start=alive_nodes(),  # to name the node if it dies before the trial knows it
+        stopping=lambda: LIVE_ACTORS.stopping,
+        server_gone=lambda: _actor_gone(server),
+    )
     server = ServerActor.options(  # type: ignore[attr-defined]
         num_gpus=cfg.server.tp_size,
         resources={resource: NODE_RESOURCE_SHARE} if resource else None,
@@ -304,50 +232,51 @@ def run_trial(
     node_id = ""
     lost = False
     placed = False
+    what = waiting_for(cfg.server.tp_size, resource)
     try:
-        phase(number, "placing")
-        what = waiting_for(cfg.server.tp_size, resource)
-        node_ip = await_placement(
-            server.node_ip.remote(), what=what, timeout_s=cfg.cluster.placement_timeout_s,
-            note=lambda line: phase(number, line),
-        )  # fmt: skip
-        placed = True
-        node_id = ray.get(server.node_id.remote())
-        node_ip = f"{node_ip} {node_id[:12]}"  # several nodes may share an address
-        # The client on the server's node: its load stays on loopback.
-        strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-        bench = BenchActor.options(
-            name=f"rayspec-bench-trial-{number}", scheduling_strategy=strategy
-        ).remote()
-        LIVE_ACTORS.add(number, bench)
-        phase(number, "starting server")
-        ray.get(server.start.remote(launch))
-        phase(number, "waiting for ready")
-        info = ray.get(server.wait_ready.remote())
-        phase(number, "benchmarking")
-        bench_result, pruned = _run_bench(bench, launch, cfg, number, on_runs, phase)
-        view = _server_view(bench, server, launch, speculative=candidate.spec is not None)
-        failure = first_failure(bench_result.records)
-        if failure is not None:
-            reason, text = failure
-            if reason is not FailureReason.STALLED_STREAM and not _alive(server):
-                lost = node_lost(node_id)  # its state now: no wait for a plain crash
-                reason = FailureReason.NODE_LOST if lost else _death_reason(server)
-                if lost:
-                    text = _lost_detail(node_ip, "while it was measured") + f"; {text}"
-                elif _actor_gone(server) and not LIVE_ACTORS.stopping:
-                    reason = FailureReason.ACTOR_LOST
-                    text = ("the Ray worker process of the trial's server actor died while its "
-                            f"node lives (killed, or out of host memory?); {text}")  # fmt: skip
-            return failed_result(
-                number, candidate, reason, f"a request failed: {text}"[:2000], launch=launch,
-                start=start, log_tail=_log_tail(server, launch),
-                requests=tuple(bench_result.records), node=node_ip,
+        with map_ray_errors(site.judge, own=(LaunchError,)):
+            phase(number, "placing")
+            node_ip = await_placement(
+                server.node_ip.remote(), what=what, timeout_s=cfg.cluster.placement_timeout_s,
+                note=lambda line: phase(number, line),
             )  # fmt: skip
-        return trial_result(
-            cfg, number, candidate, launch, bench_result, pruned=pruned, info=info, view=view,
-            start=start, node=node_ip,
-        )  # fmt: skip
+            placed = True
+            node_id = ray.get(server.node_id.remote())
+            node_ip = f"{node_ip} {node_id[:12]}"  # several nodes may share an address
+            site.node_id, site.node = node_id, node_ip
+            # The client on the server's node: its load stays on loopback.
+            strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+            bench = BenchActor.options(
+                name=f"rayspec-bench-trial-{number}", scheduling_strategy=strategy
+            ).remote()
+            LIVE_ACTORS.add(number, bench)
+            phase(number, "starting server")
+            ray.get(server.start.remote(launch))
+            phase(number, "waiting for ready")
+            info = ray.get(server.wait_ready.remote())
+            phase(number, "benchmarking")
+            bench_result, pruned = _run_bench(bench, launch, cfg, number, on_runs, phase)
+            view = _server_view(bench, server, launch, speculative=candidate.spec is not None)
+            failure = first_failure(bench_result.records)
+            if failure is not None:
+                reason, text = failure
+                if reason is not FailureReason.STALLED_STREAM and not _alive(server):
+                    lost = node_lost(node_id)  # its state now: no wait for a plain crash
+                    reason = FailureReason.NODE_LOST if lost else _death_reason(server)
+                    if lost:
+                        text = lost_detail(node_ip, "while it was measured") + f"; {text}"
+                    elif _actor_gone(server) and not LIVE_ACTORS.stopping:
+                        reason = FailureReason.ACTOR_LOST
+                        text = f"{ACTOR_LOST_DETAIL}; {text}"
+                return failed_result(
+                    number, candidate, reason, f"a request failed: {text}"[:2000], launch=launch,
+                    start=start, log_tail=_log_tail(server, launch),
+                    requests=tuple(bench_result.records), node=node_ip,
+                )  # fmt: skip
+            return trial_result(
+                cfg, number, candidate, launch, bench_result, pruned=pruned, info=info, view=view,
+                start=start, node=node_ip,
+            )  # fmt: skip
     except PlacementTimeout as exc:
         return failed_result(
             number, candidate, FailureReason.NO_PLACEMENT,
@@ -357,36 +286,14 @@ def run_trial(
         )  # fmt: skip
     except LaunchError as exc:
         return failed_result(
-            number, candidate, exc.reason, _message(exc), launch=launch, start=start,
+            number, candidate, exc.reason, ray_message(exc), launch=launch, start=start,
             log_tail=exc.log_tail or _log_tail(server, launch), node=node_ip,
         )  # fmt: skip
-    except ray.exceptions.RayError as exc:
-        lost_on = ""
-        if not LIVE_ACTORS.stopping:
-            if node_id:
-                lost_on = node_ip if node_lost(node_id, exc) else ""
-            else:  # while the server actor was being placed or started
-                lost_on = _lost_unplaced(exc, alive_at_start)
-        lost = bool(lost_on)
-        if lost:
-            return failed_result(
-                number, candidate, FailureReason.NODE_LOST,
-                _lost_detail(lost_on, "mid-trial"), launch=launch, start=start,
-                log_tail=_log_tail(server, launch), node=lost_on,
-            )  # fmt: skip
-        # The server's actor itself gone (its worker killed) while the node lives; a
-        # benchmark request then fails too, so what reached here may be either's error.
-        actor_gone = isinstance(exc, ray.exceptions.RayActorError) or _actor_gone(server)
-        if actor_gone and not LIVE_ACTORS.stopping:
-            return failed_result(
-                number, candidate, FailureReason.ACTOR_LOST,
-                "the Ray worker process of the trial's server actor died while its node lives "
-                f"(killed, or out of host memory?): {_message(exc)}"[:2000], launch=launch,
-                start=start, log_tail=_log_tail(server, launch), node=node_ip,
-            )  # fmt: skip
+    except ClusterError as exc:  # judged by the site: node_lost, actor_lost or unknown
+        lost = isinstance(exc, NodeLost)
         return failed_result(
-            number, candidate, FailureReason.UNKNOWN, _message(exc)[:2000],
-            launch=launch, start=start, log_tail=_log_tail(server, launch), node=node_ip,
+            number, candidate, exc.reason, str(exc)[:2000], launch=launch, start=start,
+            log_tail=_log_tail(server, launch), node=exc.node or node_ip,
         )  # fmt: skip
     finally:
         if placed:
@@ -399,38 +306,30 @@ def run_trial(
         LIVE_ACTORS.drop(number)
 
 
-def _watch(
-    bench: Any,
-    launch: LaunchSpec,
-    plan: BenchPlan,
-    scenario: str,
-    number: int,
-    on_runs: RunsCallback | None,
-    before: Sequence[float],
-    keep_going: RunDecision,
-) -> tuple[BenchResult, RunDecision]:
-    """Run ``plan``, asking after each finished run; stop when the answer is not
-    ``keep_going``. Returns the result and the last answer."""
-    ref = bench.run_detailed.remote(launch.base_url, plan)
-    seen = 0
-    decision = RunDecision.CONTINUE if keep_going is RunDecision.CONTINUE else keep_going
-    stopping = False
-    while True:
-        done, _ = ray.wait([ref], timeout=_POLL_S)
-        if on_runs is not None and not stopping:
-            reports = ray.get(bench.progress.remote())
-            runs = [r.tok_s for r in reports if r.scenario == scenario and r.run >= 0]
-            if len(runs) > seen:
-                seen = len(runs)
-                decision = on_runs(number, [*before, *runs])
-                if decision is RunDecision.PRUNE or (
-                    keep_going is RunDecision.EXTEND and decision is not RunDecision.EXTEND
-                ):
-                    stopping = True
-                    bench.request_stop.remote()
-        if done:
-            break
-    return ray.get(ref), decision
+def _on_actor(bench: Any, launch: LaunchSpec, scenario: str) -> RunPlan:
+    """The protocol's ``run`` for a real trial: the plan on the bench actor, its progress
+    polled so the watch sees each finished run of ``scenario`` (a stop ends the plan there)."""
+
+    def run(plan: BenchPlan, watch: Watch | None) -> BenchResult:
+        ref = bench.run_detailed.remote(launch.base_url, plan)
+        seen = 0
+        stopping = False
+        while True:
+            done, _ = ray.wait([ref], timeout=_POLL_S)
+            if watch is not None and not stopping:
+                reports = ray.get(bench.progress.remote())
+                runs = [r.tok_s for r in reports if r.scenario == scenario and r.run >= 0]
+                if len(runs) > seen:
+                    seen = len(runs)
+                    if watch(runs):
+                        stopping = True
+                        bench.request_stop.remote()
+            if done:
+                break
+        result: BenchResult = ray.get(ref)
+        return result
+
+    return run
 
 
 def _run_bench(
@@ -443,25 +342,13 @@ def _run_bench(
 ) -> tuple[BenchResult, bool]:
     """Run the plan, watching each finished run so a hopeless trial stops early and a close
     one measures past the plan (``bench.max_repeats``). Returns the result and "pruned"."""
-    scenario = objective_scenario(cfg)
-    result, decision = _watch(
-        bench, launch, bench_plan(cfg), scenario, number, on_runs, (), RunDecision.CONTINUE
+    return measure(
+        bench_plan(cfg),
+        _on_actor(bench, launch, objective_scenario(cfg)),
+        max_repeats=cfg.max_repeats,
+        decide=None if on_runs is None else (lambda values: on_runs(number, values)),
+        on_extend=lambda n: phase(number, f"close to the best: up to {n} more runs"),
     )
-    if decision is RunDecision.PRUNE:
-        return result, True
-    runs = [r.tok_s for r in result.runs if r.scenario == scenario and r.run >= 0]
-    if decision is RunDecision.EXTEND and not result.stopped and len(runs) < cfg.max_repeats:
-        phase(number, f"close to the best: up to {cfg.max_repeats - len(runs)} more runs")
-        more, _ = _watch(
-            bench, launch, extension_plan(cfg, len(runs)), scenario, number, on_runs, runs,
-            RunDecision.EXTEND,
-        )  # fmt: skip
-        result = BenchResult(
-            records=result.records + more.records,
-            runs=result.runs + more.runs,
-            stopped=more.stopped,
-        )
-    return result, False
 
 
 def _server_view(
@@ -470,8 +357,8 @@ def _server_view(
     """The server's own view, beside the client's: /server_info, /metrics, decode lines."""
     out: dict[str, float] = {}
     try:
-        view = ray.get(bench.server_view.remote(launch.base_url), timeout=30)
-    except (ray.exceptions.RayError, TimeoutError):
+        view = ray_get(bench.server_view.remote(launch.base_url), timeout_s=30)
+    except RayspecError:  # any failed call: the view is a nicety
         view = {}
     for key, name in (
         ("avg_spec_accept_length", "server_accept_length"),
@@ -565,11 +452,11 @@ def trial_result(
 def _death_reason(server: Any) -> FailureReason:
     """Why a server that died while serving died, from its log (e.g. OOM, an invalid tree)."""
     try:
-        ray.get(server.raise_if_dead.remote(), timeout=10)
+        ray_get(server.raise_if_dead.remote(), timeout_s=10)
     except LaunchError as exc:
         if exc.reason not in (FailureReason.UNKNOWN, FailureReason.STARTUP_CRASH):
             return exc.reason
-    except (ray.exceptions.RayError, TimeoutError):
+    except RayspecError:
         pass
     return FailureReason.CRASH_MID_BENCHMARK
 
@@ -579,18 +466,18 @@ def _actor_gone(server: Any) -> bool:
     if server is None:
         return False
     try:
-        ray.get(server.alive.remote(), timeout=10)
-    except ray.exceptions.RayActorError:
+        ray_get(server.alive.remote(), timeout_s=10)
+    except ActorLost:
         return True
-    except (ray.exceptions.RayError, TimeoutError):
+    except RayspecError:
         pass
     return False
 
 
 def _alive(server: Any) -> bool:
     try:
-        return bool(ray.get(server.alive.remote(), timeout=10))
-    except (ray.exceptions.RayError, TimeoutError):
+        return bool(ray_get(server.alive.remote(), timeout_s=10))
+    except RayspecError:
         return False
 
 
@@ -598,8 +485,8 @@ def _log_tail(server: Any, launch: LaunchSpec, lines: int = 40) -> str:
     """The server log's last lines: from the actor, or from the file when the actor is gone
     and the log is on this machine (a local cluster)."""
     try:
-        return str(ray.get(server.log_tail.remote(lines), timeout=10))
-    except (ray.exceptions.RayError, TimeoutError):
+        return str(ray_get(server.log_tail.remote(lines), timeout_s=10))
+    except RayspecError:
         pass
     try:
         with open(launch.log_path, encoding="utf-8", errors="replace") as fh:
@@ -610,12 +497,12 @@ def _log_tail(server: Any, launch: LaunchSpec, lines: int = 40) -> str:
 
 def _stop(server: Any, timeout_s: float, *, quiet: bool = False) -> None:
     try:
-        ray.get(server.stop.remote(), timeout=timeout_s + 10)
-    except (ray.exceptions.RayError, TimeoutError) as exc:
+        ray_get(server.stop.remote(), timeout_s=timeout_s + 10)
+    except RayspecError as exc:
         if LIVE_ACTORS.stopping or quiet:  # the driver killed it, or its node died
             _log.debug("server actor already stopped by the driver: %s", exc)
         else:
-            first = _message(exc).strip().splitlines()
+            first = ray_message(exc).strip().splitlines()
             _log.warning(
                 "server stop did not confirm (%s); killing the actor",
                 first[0] if first else type(exc).__name__,

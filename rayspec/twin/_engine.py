@@ -40,6 +40,7 @@ from collections.abc import Awaitable
 from collections.abc import Callable
 from typing import Any
 
+from rayspec._exceptions import RayspecError
 from rayspec._types import SpecSettings
 from rayspec.twin._adaptive import AdaptiveSteps
 from rayspec.twin._errors import DraftTreeError
@@ -52,7 +53,7 @@ from rayspec.twin._noise import NoiseModel
 _STEP_TIME_KEEP = 4096  # per batch size, newest kept
 
 
-class EngineDead(RuntimeError):
+class EngineDead(RayspecError, RuntimeError):
     """The simulated scheduler crashed; streams end without a final chunk."""
 
 

@@ -25,6 +25,8 @@ import random
 from collections.abc import Mapping
 from collections.abc import Sequence
 
+from rayspec._exceptions import FailureReason
+from rayspec._exceptions import LaunchError
 from rayspec.twin._adaptive import AdaptiveSteps
 from rayspec.twin._args import parse_args
 from rayspec.twin._errors import NcclError
@@ -48,18 +50,17 @@ _WARMUP_TOKENS = 8
 _CTX_PROBE = 1000.0  # any two contexts give the (exactly linear) KV slope of a cycle
 
 
-class SimulatedStartupError(RuntimeError):
+class SimulatedStartupError(LaunchError):
     """The simulated server would not become ready.
 
     Attributes:
-        reason: a :class:`~rayspec.FailureReason` value (``nccl_init``,
-            ``nccl_first_collective``, ``never_ready``, ``invalid_draft_tree``,
-            ``argument_error``).
+        reason: the :class:`~rayspec.FailureReason` the twin server's failure would be
+            classified as (``nccl_init``, ``nccl_first_collective``, ``never_ready``,
+            ``invalid_draft_tree``, ``argument_error``).
     """
 
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
+    def __init__(self, reason: FailureReason, detail: str) -> None:
+        super().__init__(detail, reason=reason)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,28 +105,34 @@ class SimulatedServer:
         try:
             ns = parse_args(list(argv))
         except SystemExit as exc:  # argparse: an unknown or ambiguous flag
-            raise SimulatedStartupError("argument_error", f"bad flags: {exc}") from None
+            raise SimulatedStartupError(
+                FailureReason.ARGUMENT_ERROR, f"bad flags: {exc}"
+            ) from None
         self.profile = profile or load_profile(ns.twin_profile)
         try:
             res = resolve_server_args(
                 ns, architecture=self.profile.model.architecture, env=dict(env)
             )
         except (ValueError, AssertionError, TypeError) as exc:
-            raise SimulatedStartupError("argument_error", f"{type(exc).__name__}: {exc}") from exc
+            raise SimulatedStartupError(
+                FailureReason.ARGUMENT_ERROR, f"{type(exc).__name__}: {exc}"
+            ) from exc
         full_env = {**env, **res.env_updates}
         try:
             nccl = resolve_nccl(full_env, self.profile)
         except NcclInitError as exc:
-            raise SimulatedStartupError("nccl_init", str(exc)) from exc
+            raise SimulatedStartupError(FailureReason.NCCL_INIT, str(exc)) from exc
         if nccl.hang:
-            raise SimulatedStartupError("never_ready", "the first collective hangs (P2P)")
+            raise SimulatedStartupError(
+                FailureReason.NEVER_READY, "the first collective hangs (P2P)"
+            )
         try:
             nccl.allreduce_us(self.profile.model.token_bytes)
         except NcclError as exc:
-            raise SimulatedStartupError("nccl_first_collective", str(exc)) from exc
+            raise SimulatedStartupError(FailureReason.NCCL_FIRST_COLLECTIVE, str(exc)) from exc
         self.spec = res.spec
         if res.tree_error:
-            raise SimulatedStartupError("invalid_draft_tree", res.tree_error)
+            raise SimulatedStartupError(FailureReason.INVALID_DRAFT_TREE, res.tree_error)
         self.seed = int(ns.twin_seed)
         self.text_seed = model_seed(self.profile.name)
         self.corrupt = nccl.ll128_risk

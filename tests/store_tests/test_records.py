@@ -164,3 +164,19 @@ def test_the_space_round_trips_as_json() -> None:
     assert SearchSpace.from_json(SPACE.to_json()).candidate(
         SPACE.params_of(Candidate(spec=spec))
     ) == Candidate(spec=spec)
+
+
+def test_a_trial_failure_is_a_failure_reason_stored_as_its_value(tmp_path) -> None:
+    store = ParquetTrialStore(str(tmp_path))
+    failed = dataclasses.replace(
+        _record(0).result, state=TrialState.FAIL, value=None, failure=FailureReason.NODE_LOST
+    )
+    store.append_trial(failed)
+    (row,) = store.load_trials().to_pylist()
+    assert row["failure"] == "node_lost" and type(row["failure"]) is str  # the value, verbatim
+    (read,) = store.load_records(candidate_reader(SPACE))
+    assert read.result.failure is FailureReason.NODE_LOST
+    # Text (a stored row, a journal attribute) is accepted and typed once, like a request's.
+    assert dataclasses.replace(failed, failure="node_lost").failure is FailureReason.NODE_LOST
+    with pytest.raises(ValueError, match="no_such_reason"):
+        dataclasses.replace(failed, failure="no_such_reason")
