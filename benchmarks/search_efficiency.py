@@ -149,10 +149,13 @@ CASE_NOISE: dict[str, tuple[float, float]] = {
     "field3x/quick": (3.0, 1.0),
     "field3x/full": (3.0, 1.0),
 }
+STRATEGIES = ("structured", "tpe", "random", "grid")  # study.sampler values
 # Strategies that walk the whole space: not run on the full space (2.2 M candidates).
 WALKS_THE_SPACE = frozenset({"grid"})
 PICKS_AT = (10, 15, 30, 40)
 _BUDGET_SPENT = "restart budget spent"
+# One study: case, strategy, seed, budget, slots, (start noise scale, every-noise scale).
+Task = tuple[str, str, int, int, int, tuple[float, float]]
 
 
 def true_tok_s(cfg: ExperimentConfig, candidate: Candidate) -> float:
@@ -335,7 +338,7 @@ def one_study(
     )  # fmt: skip
 
 
-def _task(args: tuple[str, str, int, int, int, tuple[float, float]]) -> StudyRun | str:
+def _task(args: Task) -> StudyRun | str:
     try:
         return one_study(*args)
     except Exception as exc:  # noqa: BLE001 - reported with the table, not lost
@@ -512,13 +515,35 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main() -> int:
-    args = parser().parse_args()
+def plan(
+    cases: list[str],
+    strategies: list[str],
+    seeds: int,
+    budget: int,
+    slots: int = 1,
+    noise: tuple[float, float] = (1.0, 1.0),
+) -> tuple[list[Task], tuple[tuple[str, str], ...]]:
+    """The studies to run, and the (case, strategy) pairs left out: a strategy that walks the
+    whole space is not run on the full space."""
+    skipped = tuple((c, st) for c in cases for st in strategies
+                    if st in WALKS_THE_SPACE and FULL_SPACE in CASES[c])  # fmt: skip
+    tasks = [(c, st, seed, budget, slots, noise) for c in cases for st in strategies
+             if (c, st) not in skipped for seed in range(seeds)]  # fmt: skip
+    return tasks, skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     strategies = args.strategies.split(",")
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         print(f"error: unknown case {unknown[0]!r}; choose from {', '.join(CASES)}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    odd = [st for st in strategies if st not in STRATEGIES]
+    if odd:
+        print(f"error: unknown strategy {odd[0]!r}; choose from {', '.join(STRATEGIES)}",
               file=sys.stderr)  # fmt: skip
         return 2
     if args.slots < 1:
@@ -530,10 +555,7 @@ def main() -> int:
             print(f"error: {flag} must be a number >= 0, got {value:g}", file=sys.stderr)
             return 2
     noise = (args.start_noise_scale, args.noise_scale)
-    skipped = tuple((c, st) for c in cases for st in strategies
-                    if st in WALKS_THE_SPACE and FULL_SPACE in CASES[c])  # fmt: skip
-    tasks = [(c, st, seed, args.budget, args.slots, noise) for c in cases for st in strategies
-             if (c, st) not in skipped for seed in range(args.seeds)]  # fmt: skip
+    tasks, skipped = plan(cases, strategies, args.seeds, args.budget, args.slots, noise)
     t0 = time.monotonic()
     scaled = "" if noise == (1.0, 1.0) else (
         f", noise x{args.noise_scale:g}, start noise x{args.start_noise_scale:g} on top"
