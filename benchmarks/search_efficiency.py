@@ -17,19 +17,46 @@ candidates), and two more profiles: a fast-interconnect dense node where NCCL ba
 the best tree is deep (``h200-nvlink-tp8-dense``), and the field node with a weak drafter where
 speculation barely pays (``kimi-k2.5-tp8-pcie-weak-drafter``).
 
+Cases the search was not built with (not in the default ``--cases``; their table is
+``benchmarks/results/search_efficiency_unseen.txt``): ``deep/quick``, ``deep/full``, a 4-GPU PCIe
+node with a dense target and a strong drafter whose optimum is the deepest draft the space
+allows (``l40s-pcie-tp4-dense-deep``: 6 steps in the quickstart space, 8 in the full one);
+``p2p/quick``, ``p2p/full``, the field node with broken peer-to-peer
+(``kimi-k2.5-tp8-pcie-p2p-broken``: ``NCCL_P2P_LEVEL=PHB``/``SYS``, the hand-tuned setting
+included, hang at the first collective); ``field3x/quick``, ``field3x/full``, the field profile
+with 3x its between-start noise (``sigma_start`` 0.03).
+
+Noise: ``--start-noise-scale S`` multiplies the profile's between-start noise (``sigma_start``)
+and ``--noise-scale S`` every noise term (``sigma_start``, ``sigma_accept``, ``sigma_time``), for
+every case, on top of the case's own scale (``field3x``: start x3). It is applied through the
+profile: each study's server runs a derived profile file (the case's profile with its noise
+scaled, same name, written into the study's folder); the study's own prior
+(``study.start_noise``) is left as it is, and the truth is noise-free whatever the scale.
+
 Usage::
 
     python benchmarks/search_efficiency.py [--seeds 20] [--budget 40] [--jobs 2]
-        [--strategies structured,tpe,random] [--cases field/quick,field/full,...] [--slots 1]
-        [--confirm]
+        [--strategies structured,tpe,random,grid] [--cases field/quick,field/full,...]
+        [--noise-scale 1] [--start-noise-scale 1] [--slots 1] [--confirm]
+
+The truth of a configuration that never starts is 0: its first collective hangs (P2P on a
+``p2p_broken`` node), NCCL refuses a variable at init, no AllReduce algorithm is left, or the
+draft tree does not fit. The optimum and the floor use that truth.
 
 Columns: ``to 1 %``: restarts until the pick is first within 1 % of the optimum (median / p90;
-``never``: seeds that never get there within the budget); ``pick@N``: the median pick's true
-value as % of the optimum after N restarts; ``final``: seeds whose pick at the end of the budget
-is within 1 %; ``< floor``: seeds whose pick was ever truly worse than the best enqueued
-configuration (the hand-tuned field setting); ``runs``, ``bench s``: mean measured runs and
-benchmark seconds per restart (simulated seconds; a restart itself costs minutes on a real
-node); ``used``: median restarts spent (a search that has its answer stops early).
+``never``: seeds that never get there within the budget); ``stopped after``: restarts the study
+spent until it stopped (median / p90; a study that spent its whole budget counts the budget);
+``by itself``: seeds whose study stopped before its budget was spent (it had its answer);
+``pick@N``: the median pick's true value as % of the optimum after N restarts; ``final``: seeds
+whose pick at the end of the study is within 1 %; ``< floor``: seeds whose pick was ever truly
+worse than the floor, the best of the configurations every study measures first (the baseline
+and the enqueued hand-tuned field setting; one that never starts is worth 0); ``runs``,
+``bench s``: mean measured runs and benchmark seconds per restart (simulated seconds; a restart
+itself costs minutes on a real node).
+
+Strategies: ``structured`` (the default search), ``tpe``, ``random`` and ``grid`` (Optuna's
+samplers through ``study.sampler``). ``grid`` runs on the quickstart space only: the full space
+(2.2 M candidates) is too big to walk, and its rows say so.
 
 ``--slots N`` runs each study with N trials at once, as the driver does on a Ray cluster
 (:class:`rayspec.testing.SlottedTrials`: simulated trials held about 0.2 s for the server start
@@ -44,6 +71,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import math
 import multiprocessing
 import os
@@ -52,7 +80,10 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
+
+import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -98,15 +129,45 @@ CASES: dict[str, list[str]] = {
         "server.twin.profile=kimi-k2.5-tp8-pcie-weak-drafter",
     ],
 }
+# The table of the README and benchmarks/results/search_efficiency.txt: the default --cases.
+DEFAULT_CASES = tuple(CASES)
+DEEP = ["server.twin.profile=l40s-pcie-tp4-dense-deep", "server.tp_size=4"]
+P2P_BROKEN = ["server.twin.profile=kimi-k2.5-tp8-pcie-p2p-broken"]
+CASES.update(
+    {
+        # Cases the search was not built with (benchmarks/results/search_efficiency_unseen.txt).
+        "deep/quick": [*FIELD_PROTOCOL, *DEEP],
+        "deep/full": [FULL_SPACE, *FIELD_PROTOCOL, *DEEP],
+        "p2p/quick": [*FIELD_PROTOCOL, *P2P_BROKEN],
+        "p2p/full": [FULL_SPACE, *FIELD_PROTOCOL, *P2P_BROKEN],
+        "field3x/quick": [*FIELD_PROTOCOL],
+        "field3x/full": [FULL_SPACE, *FIELD_PROTOCOL],
+    }
+)
+# A case's own noise: (between-start noise scale, every-noise-term scale).
+CASE_NOISE: dict[str, tuple[float, float]] = {
+    "field3x/quick": (3.0, 1.0),
+    "field3x/full": (3.0, 1.0),
+}
+STRATEGIES = ("structured", "tpe", "random", "grid")  # study.sampler values
+# Strategies that walk the whole space: not run on the full space (2.2 M candidates).
+WALKS_THE_SPACE = frozenset({"grid"})
 PICKS_AT = (10, 15, 30, 40)
+_BUDGET_SPENT = "restart budget spent"
+# One study: case, strategy, seed, budget, slots, (start noise scale, every-noise scale).
+Task = tuple[str, str, int, int, int, tuple[float, float]]
 
 
 def true_tok_s(cfg: ExperimentConfig, candidate: Candidate) -> float:
-    """The twin model's noise-free decode rate of a candidate (0 when it cannot run)."""
+    """The twin model's noise-free decode rate of a candidate (0 when it never starts: its first
+    collective hangs, NCCL refuses a variable or has no algorithm left, or the tree does not
+    fit)."""
     profile = load_profile(cfg.server.twin.profile)
     env = server_env(cfg, candidate)[0]
     try:
         nccl = resolve_nccl(env, profile)
+        if nccl.hang:  # P2P on a p2p_broken node: the server never gets ready
+            return 0.0
         if candidate.spec is not None and not candidate.spec.fits_tree:
             return 0.0
         return PerfModel(profile, nccl, candidate.spec).expected_tok_s()
@@ -115,21 +176,33 @@ def true_tok_s(cfg: ExperimentConfig, candidate: Candidate) -> float:
 
 
 @functools.cache
+def truth_config(case: str) -> ExperimentConfig:
+    """The case's experiment as the truth sees it (its own profile, noise irrelevant)."""
+    return load_config(EXPERIMENT, CASES[case])
+
+
 def optimum(case: str) -> float:
-    """The best true value over the case's whole space: every speculative setting with each
-    distinct NCCL behaviour (sets with identical latency at every size are one)."""
-    cfg = load_config(EXPERIMENT, CASES[case])
+    """The best true value over the case's whole space (see :func:`optimum_at`)."""
+    return optimum_at(case)[0]
+
+
+@functools.cache
+def optimum_at(case: str) -> tuple[float, Candidate]:
+    """The best true value over the case's whole space and a configuration that has it: every
+    speculative setting with each distinct NCCL behaviour (sets with identical latency at every
+    size are one; sets that never start are left out)."""
+    cfg = truth_config(case)
     space = SearchSpace.from_config(cfg.search)
     profile = load_profile(cfg.server.twin.profile)
     sizes = sorted({t * profile.model.token_bytes for t in range(1, 17)})
     behaviours: dict[tuple[float, ...], tuple[tuple[str, str], ...]] = {}
     names = [n for n, _ in space.nccl]
-    import itertools
-
     for combo in itertools.product(*(c for _, c in space.nccl)):
         env = tuple(sorted((n, v) for n, v in zip(names, combo, strict=True) if v != "unset"))
         try:
             nccl = resolve_nccl(server_env(cfg, Candidate(nccl_env=env))[0], profile)
+            if nccl.hang:
+                continue
             sig = tuple(round(nccl.allreduce_us(s), 6) for s in sizes)
         except Exception:  # noqa: BLE001
             continue
@@ -142,10 +215,46 @@ def optimum(case: str) -> float:
                 if spec.fits_tree:
                     specs.append(spec)
     return max(
-        true_tok_s(cfg, Candidate(nccl_env=env, spec=spec))
-        for env in behaviours.values()
-        for spec in specs
+        (
+            (true_tok_s(cfg, candidate), candidate)
+            for candidate in (
+                Candidate(nccl_env=env, spec=spec) for env in behaviours.values() for spec in specs
+            )
+        ),
+        key=lambda pair: pair[0],
     )
+
+
+def floor_of(case: str) -> float:
+    """The truth every study of the case is sure to reach: the best of the baseline (no
+    speculation, NCCL unset) and the enqueued configurations (0 for one that never starts)."""
+    cfg = truth_config(case)
+    space = SearchSpace.from_config(cfg.search)
+    return max(
+        true_tok_s(cfg, Candidate()),
+        *(true_tok_s(cfg, space.candidate(space.coerce(p))) for p in cfg.study.enqueue),
+    )
+
+
+def noisy_profile(name: str, start_scale: float, all_scale: float, folder: str) -> str:
+    """A profile file of ``name`` (a built-in name or a path) with its noise scaled: every sigma
+    x ``all_scale``, and ``sigma_start`` x ``start_scale`` on top. Same name and constants
+    otherwise; written into ``folder``; returns its path."""
+    if os.path.isfile(name):
+        with open(name, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    else:
+        ref = resources.files("rayspec.twin").joinpath("profiles", f"{name}.yaml")
+        data = yaml.safe_load(ref.read_text(encoding="utf-8"))
+    noise = data["noise"]
+    if isinstance(noise, dict):  # `noise: off` stays off
+        for key in ("sigma_time", "sigma_accept", "sigma_start"):
+            noise[key] = float(noise[key]) * all_scale
+        noise["sigma_start"] *= start_scale
+    path = os.path.join(folder, f"noise-x{all_scale:g}-start-x{start_scale:g}.yaml")
+    with open(path, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(data, fh, sort_keys=False)
+    return path
 
 
 @dataclass(frozen=True)
@@ -154,21 +263,38 @@ class StudyRun:
     strategy: str
     seed: int
     picks: tuple[float, ...]  # true value of the pick after 1..budget restarts
-    floor: float  # true value of the best enqueued configuration
-    used: int  # restarts spent
+    floor: float  # true value of the best configuration every study measures first
+    used: int  # restarts spent until the study stopped
+    by_itself: bool  # it stopped before its budget was spent
     runs_per_restart: float
     bench_s_per_restart: float
     wall_s: float
     peak: int = 1  # most trials that ran at once
 
 
-def one_study(case: str, strategy: str, seed: int, budget: int, slots: int = 1) -> StudyRun:
+def one_study(
+    case: str,
+    strategy: str,
+    seed: int,
+    budget: int,
+    slots: int = 1,
+    noise: tuple[float, float] = (1.0, 1.0),
+) -> StudyRun:
+    """One study of ``case``; ``noise``: (start, all) noise scales on top of the case's own."""
     t0 = time.monotonic()
+    start_scale = noise[0] * CASE_NOISE.get(case, (1.0, 1.0))[0]
+    all_scale = noise[1] * CASE_NOISE.get(case, (1.0, 1.0))[1]
+    truth = truth_config(case)
     with tempfile.TemporaryDirectory(prefix="rayspec-search-") as out:
+        overrides = []
+        if (start_scale, all_scale) != (1.0, 1.0):
+            path = noisy_profile(truth.server.twin.profile, start_scale, all_scale, out)
+            overrides.append(f"server.twin.profile={path}")
         cfg = load_config(
             EXPERIMENT,
             [
                 *CASES[case],
+                *overrides,
                 f"output.dir={out}",
                 f"study.sampler={strategy}",
                 f"study.seed={seed}",
@@ -179,11 +305,15 @@ def one_study(case: str, strategy: str, seed: int, budget: int, slots: int = 1) 
         peak = 1
         space = SearchSpace.from_config(cfg.search)  # built once: the study and the picks
         if slots == 1:
-            run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None, space=space)
+            outcome = run_study(
+                cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None, space=space
+            )
         else:
             # A trial of the field protocol is a server start (minutes) plus its benchmark.
             trials = SlottedTrials(hold_s=0.2, per_bench_s=0.2 / 180)
-            run_study(cfg, trial_fn=trials, slots=slots, printer=lambda _line: None, space=space)
+            outcome = run_study(
+                cfg, trial_fn=trials, slots=slots, printer=lambda _line: None, space=space
+            )
             peak = trials.peak
         records = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(space))
         equivalent = load_equivalence(cfg.out_dir)
@@ -196,22 +326,19 @@ def one_study(case: str, strategy: str, seed: int, budget: int, slots: int = 1) 
         report = build_report(
             subset, roles, start_noise=cfg.study.start_noise, equivalent=equivalent
         )
-        picks.append(true_tok_s(cfg, report.best.candidate) if report.best else 0.0)
-    floor = max(
-        (true_tok_s(cfg, space.candidate(space.coerce(p))) for p in cfg.study.enqueue),
-        default=0.0,
-    )
+        picks.append(true_tok_s(truth, report.best.candidate) if report.best else 0.0)
     measured = [r for r in records if r.launched]
     runs = [r.result.metrics.get("runs", 0.0) for r in measured]
     bench = [r.result.metrics.get("bench_s", 0.0) for r in measured]
     return StudyRun(
-        case, strategy, seed, tuple(picks), floor, len(launches),
+        case, strategy, seed, tuple(picks), floor_of(case), len(launches),
+        not outcome.stopped.startswith(_BUDGET_SPENT),
         statistics.mean(runs) if runs else 0.0, statistics.mean(bench) if bench else 0.0,
         time.monotonic() - t0, peak,
     )  # fmt: skip
 
 
-def _task(args: tuple[str, str, int, int, int]) -> StudyRun | str:
+def _task(args: Task) -> StudyRun | str:
     try:
         return one_study(*args)
     except Exception as exc:  # noqa: BLE001 - reported with the table, not lost
@@ -251,7 +378,9 @@ def summarize(
         "below_floor": sum(any(v < s.floor - 1e-9 for v in s.picks[1:]) for s in studies),
         "runs": statistics.mean(s.runs_per_restart for s in studies),
         "bench_s": statistics.mean(s.bench_s_per_restart for s in studies),
-        "used": statistics.median(s.used for s in studies),
+        "stopped": statistics.median(s.used for s in studies),
+        "stopped_p90": _pct([s.used for s in studies], 0.9),
+        "by_itself": sum(s.by_itself for s in studies),
         "seeds": len(studies),
         "optimum": opt,
         "slots": slots,
@@ -263,30 +392,47 @@ def _n(value: float) -> str:
     return "—" if math.isinf(value) else f"{value:g}"
 
 
-def print_table(summaries: list[dict[str, Any]], budget: int, slots: int = 1) -> None:
+def print_table(
+    summaries: list[dict[str, Any]],
+    budget: int,
+    slots: int = 1,
+    skipped: tuple[tuple[str, str], ...] = (),
+) -> None:
+    """The table; ``skipped``: (case, strategy) pairs not run (a row says why)."""
     head = (
         "| case | strategy | to 1 %: median / p90 | "
         + ("rounds: median / p90 | " if slots > 1 else "")
-        + "never | "
+        + "never | stopped after: median / p90 | by itself | "
         + " | ".join(f"pick@{n}" for n in PICKS_AT if n <= budget)
-        + " | final | < floor | runs | bench s | used |"
+        + " | final | < floor | runs | bench s |"
     )
+    columns = head.count("|") - 1
     print(head)
-    print("|" + "---|" * (head.count("|") - 1))
-    for s in summaries:
+    print("|" + "---|" * columns)
+    rows = [(s["case"], s["strategy"], s) for s in summaries]
+    rows += [(case, strategy, None) for case, strategy in skipped]
+    order = {case: i for i, case in enumerate(dict.fromkeys(r[0] for r in rows))}
+    for case, strategy, s in sorted(rows, key=lambda r: order[r[0]]):
+        if s is None:
+            note = "not run: the full space (2.2 M candidates) is too big to walk"
+            print(f"| {case} | {strategy} | {note} |" + " |" * (columns - 3))
+            continue
         picks = " | ".join(f"{100 * s['at'][n]:.1f} %" for n in PICKS_AT if n <= budget)
         rounds = f"{_n(s['median'] / slots)} / {_n(s['p90'] / slots)} | " if slots > 1 else ""
         print(
             f"| {s['case']} | {s['strategy']} | {_n(s['median'])} / {_n(s['p90'])} | {rounds}"
-            f"{s['never']}/{s['seeds']} | {picks} | {s['final']}/{s['seeds']} | "
-            f"{s['below_floor']} | {s['runs']:.1f} | {s['bench_s']:.0f} | {s['used']:g} |"
+            f"{s['never']}/{s['seeds']} | {s['stopped']:g} / {s['stopped_p90']:g} | "
+            f"{s['by_itself']}/{s['seeds']} | {picks} | {s['final']}/{s['seeds']} | "
+            f"{s['below_floor']} | {s['runs']:.1f} | {s['bench_s']:.0f} |"
         )
     print()
     if slots > 1:
         peak = max(s["peak"] for s in summaries)
         print(f"{slots} slots (most trials at once: {peak}); rounds = restarts / {slots}")
-    for case in dict.fromkeys(s["case"] for s in summaries):
-        print(f"optimum {case}: {optimum(case):.2f} tok/s (true, noise-free)")
+    for case in dict.fromkeys(r[0] for r in rows):
+        value, best = optimum_at(case)
+        print(f"optimum {case}: {value:.2f} tok/s (true, noise-free) at {best.label()}; "
+              f"floor {floor_of(case):.2f}")  # fmt: skip
 
 
 def confirm(seed: int, budget: int) -> None:
@@ -351,7 +497,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=int, default=40)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--strategies", default="structured,tpe,random")
-    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--cases", default=",".join(DEFAULT_CASES))
+    p.add_argument(
+        "--noise-scale", type=float, default=1.0,
+        help="multiply every noise term of each case's profile (sigma_start, sigma_accept, "
+        "sigma_time)",
+    )  # fmt: skip
+    p.add_argument(
+        "--start-noise-scale", type=float, default=1.0,
+        help="multiply each case's between-start noise (sigma_start), on top of --noise-scale",
+    )  # fmt: skip
     p.add_argument("--slots", type=int, default=1, help="trials at once (simulated slots)")
     p.add_argument(
         "--confirm", action="store_true", help="also run one study through the HTTP twin"
@@ -360,8 +515,25 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main() -> int:
-    args = parser().parse_args()
+def plan(
+    cases: list[str],
+    strategies: list[str],
+    seeds: int,
+    budget: int,
+    slots: int = 1,
+    noise: tuple[float, float] = (1.0, 1.0),
+) -> tuple[list[Task], tuple[tuple[str, str], ...]]:
+    """The studies to run, and the (case, strategy) pairs left out: a strategy that walks the
+    whole space is not run on the full space."""
+    skipped = tuple((c, st) for c in cases for st in strategies
+                    if st in WALKS_THE_SPACE and FULL_SPACE in CASES[c])  # fmt: skip
+    tasks = [(c, st, seed, budget, slots, noise) for c in cases for st in strategies
+             if (c, st) not in skipped for seed in range(seeds)]  # fmt: skip
+    return tasks, skipped
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     strategies = args.strategies.split(",")
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
@@ -369,15 +541,28 @@ def main() -> int:
         print(f"error: unknown case {unknown[0]!r}; choose from {', '.join(CASES)}",
               file=sys.stderr)  # fmt: skip
         return 2
+    odd = [st for st in strategies if st not in STRATEGIES]
+    if odd:
+        print(f"error: unknown strategy {odd[0]!r}; choose from {', '.join(STRATEGIES)}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if args.slots < 1:
         print("error: --slots must be at least 1", file=sys.stderr)
         return 2
-    tasks = [(c, st, seed, args.budget, args.slots) for c in cases for st in strategies
-             for seed in range(args.seeds)]  # fmt: skip
+    for flag, value in (("--noise-scale", args.noise_scale),
+                        ("--start-noise-scale", args.start_noise_scale)):  # fmt: skip
+        if not (math.isfinite(value) and value >= 0):
+            print(f"error: {flag} must be a number >= 0, got {value:g}", file=sys.stderr)
+            return 2
+    noise = (args.start_noise_scale, args.noise_scale)
+    tasks, skipped = plan(cases, strategies, args.seeds, args.budget, args.slots, noise)
     t0 = time.monotonic()
+    scaled = "" if noise == (1.0, 1.0) else (
+        f", noise x{args.noise_scale:g}, start noise x{args.start_noise_scale:g} on top"
+    )  # fmt: skip
     print(f"{len(tasks)} studies ({len(cases)} cases x {len(strategies)} strategies x "
           f"{args.seeds} seeds, {args.budget} restarts each"
-          + (f", {args.slots} slots" if args.slots > 1 else "")
+          + (f", {args.slots} slots" if args.slots > 1 else "") + scaled
           + f") on {args.jobs} processes ...",
           flush=True)  # fmt: skip
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
@@ -390,7 +575,7 @@ def main() -> int:
     summaries = [summarize(c, st, grouped[(c, st)], args.budget, args.slots) for c in cases
                  for st in strategies if grouped.get((c, st))]  # fmt: skip
     print(f"done in {time.monotonic() - t0:.0f} s\n")
-    print_table(summaries, args.budget, args.slots)
+    print_table(summaries, args.budget, args.slots, skipped)
     for error in errors:
         print(f"ERROR {error}")
     if args.confirm:

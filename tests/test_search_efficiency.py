@@ -1,0 +1,104 @@
+"""The search benchmark's truth, cases and noise scaling (benchmarks/search_efficiency.py): no
+study is run here, only the noise-free model the table is judged against."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from types import ModuleType
+
+import pytest
+
+from rayspec._types import Candidate
+from rayspec.twin import load_profile
+from tests.helpers import REPO
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    path = os.path.join(REPO, "benchmarks", "search_efficiency.py")
+    spec = importlib.util.spec_from_file_location("benchmark_search_efficiency", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _hand_tuned(bench: ModuleType, case: str) -> Candidate:
+    cfg = bench.truth_config(case)
+    space = bench.SearchSpace.from_config(cfg.search)
+    return space.candidate(space.coerce(cfg.study.enqueue[0]))  # type: ignore[no-any-return]
+
+
+def test_a_configuration_whose_first_collective_hangs_is_worth_0(bench: ModuleType) -> None:
+    # The hand-tuned setting (NCCL_P2P_LEVEL=SYS) puts every ring link on P2P: on a node with
+    # broken P2P its server never gets ready. The same speculation with NCCL's default (PXB:
+    # this node's links stay on SHM) starts and decodes.
+    tuned = _hand_tuned(bench, "p2p/quick")
+    assert dict(tuned.nccl_env)["NCCL_P2P_LEVEL"] == "SYS"
+    assert bench.true_tok_s(bench.truth_config("p2p/quick"), tuned) == 0.0
+    default = Candidate(spec=tuned.spec)
+    assert bench.true_tok_s(bench.truth_config("p2p/quick"), default) > 50.0
+    assert bench.true_tok_s(bench.truth_config("field/quick"), tuned) > 90.0
+
+
+def test_the_optimum_and_floor_of_a_p2p_broken_node_start(bench: ModuleType) -> None:
+    value, best = bench.optimum_at("p2p/quick")
+    assert dict(best.nccl_env).get("NCCL_P2P_LEVEL") not in ("PHB", "SYS")
+    assert value < bench.optimum("field/quick")  # the field's best setting is out of reach
+    # The enqueued floor hangs, so the floor is the baseline (no speculation, NCCL unset).
+    baseline = bench.true_tok_s(bench.truth_config("p2p/quick"), Candidate())
+    assert bench.floor_of("p2p/quick") == pytest.approx(baseline)
+    assert 0.0 < baseline < value
+
+
+def test_the_deep_profile_has_its_optimum_at_the_space_edge(bench: ModuleType) -> None:
+    for case in ("deep/quick", "deep/full"):
+        cfg = bench.truth_config(case)
+        space = bench.SearchSpace.from_config(cfg.search)
+        _, best = bench.optimum_at(case)
+        assert best.spec is not None
+        assert best.spec.num_steps == max(space.num_steps), case
+    assert bench.truth_config("deep/full").server.tp_size == 4
+
+
+def test_noise_scaling_goes_through_a_derived_profile(bench: ModuleType, tmp_path: str) -> None:
+    base = load_profile("kimi-k2.5-tp8-pcie")
+    start = load_profile(bench.noisy_profile("kimi-k2.5-tp8-pcie", 3.0, 1.0, str(tmp_path)))
+    assert start.noise.sigma_start == pytest.approx(3 * base.noise.sigma_start)
+    assert start.noise.sigma_accept == base.noise.sigma_accept
+    assert start.without_noise() == base.without_noise()  # same name, same model
+    both = load_profile(bench.noisy_profile("kimi-k2.5-tp8-pcie", 3.0, 2.0, str(tmp_path)))
+    assert both.noise.sigma_start == pytest.approx(6 * base.noise.sigma_start)
+    assert both.noise.sigma_time == pytest.approx(2 * base.noise.sigma_time)
+    assert both.noise.sigma_accept == pytest.approx(2 * base.noise.sigma_accept)
+    assert bench.CASE_NOISE["field3x/full"] == (3.0, 1.0)
+
+
+def test_grid_is_left_out_on_the_full_space_only(bench: ModuleType) -> None:
+    tasks, skipped = bench.plan(["deep/quick", "deep/full"], ["structured", "grid"], 2, 40)
+    assert skipped == (("deep/full", "grid"),)
+    assert sorted({(t[0], t[1]) for t in tasks}) == [
+        ("deep/full", "structured"),
+        ("deep/quick", "grid"),
+        ("deep/quick", "structured"),
+    ]
+    assert len(tasks) == 6
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--noise-scale", "-1"], "--noise-scale must be a number >= 0"),
+        (["--strategies", "structured,cmaes"], "unknown strategy 'cmaes'"),
+        (["--cases", "deep/huge"], "unknown case 'deep/huge'"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(
+    bench: ModuleType, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert bench.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
