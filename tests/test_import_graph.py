@@ -26,7 +26,9 @@ LAYERS = (
     "_popen",  # the one Popen: imports the standard library and _exceptions only
     "metrics",
     "store",
+    "_schema",
     "engines",
+    "_validate",
     "twin",
     "_config",
     "server",

@@ -80,7 +80,7 @@ def boundary() -> Iterator[dict[str, int]]:
 
     reached = {"run": 0}
 
-    def marker(cfg: Any) -> int:
+    def marker(cfg: Any, *_rest: Any) -> int:
         reached["run"] += 1
         return 0
 

@@ -493,7 +493,7 @@ def test_cli_prints_warnings_and_goes_on(tmp_path, monkeypatch, capsys) -> None:
 
     _patch_probes(monkeypatch, probes(nvml_installed=False))
     ran: list[object] = []
-    monkeypatch.setattr(cli, "_run", lambda cfg: ran.append(cfg) or 0)
+    monkeypatch.setattr(cli, "_run", lambda cfg, *_: ran.append(cfg) or 0)
     field_cfg(tmp_path, draft=drafter([3, 31, 59]))
     assert main([os.path.join(str(tmp_path), "exp.yaml")]) == 0
     err = capsys.readouterr().err.splitlines()
