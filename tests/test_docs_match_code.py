@@ -14,7 +14,7 @@ PACKAGE = os.path.join(REPO, "rayspec")
 SUBPACKAGES = sorted(
     d for d in os.listdir(PACKAGE) if os.path.isfile(os.path.join(PACKAGE, d, "__init__.py"))
 )
-# rayspec/x/_y.py, x/_y.py (x a subpackage, or a folder of one), rayspec/_y.py; with or without .py.
+# rayspec/x/_y.py, x/_y.py (x a subpackage, or a folder in one) and rayspec/_y.py.
 _PATH = re.compile(
     r"(?<![\w/.-])(?:rayspec/)?((?:" + "|".join(SUBPACKAGES) + r")(?:/[\w]+)*/[\w]+\.py)"
     r"|(?<![\w/.-])rayspec/(_[\w]+\.py)"
