@@ -427,13 +427,13 @@ def plot_importances(data: StudyData, path: str) -> Plot:
             "completed trial one's value fixed the other's), so their importances cannot be told "
             "apart; one bar carries their sum."
         )
-    importances = grouped
-    names = list(importances)[::-1]
-    values = [importances[n] for n in names]
-    fig = _figure(7.0, 1.2 + 0.32 * len(names))
+    names = list(grouped)[::-1]
+    values = [grouped[n] for n in names]
+    ticks = [n.replace(" + ", " +\n") for n in names]  # a group: one member a line
+    fig = _figure(7.0, 1.2 + 0.32 * sum(t.count("\n") + 1 for t in ticks))
     ax = fig.add_subplot()
     ax.barh(range(len(names)), values, color="#1f77b4")
-    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_yticks(range(len(names)), ticks, fontsize=8)
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:.2f}", va="center", fontsize=7)
     ax.set_xlabel("importance for tok/s (share of 1)")
