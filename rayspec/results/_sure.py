@@ -98,11 +98,17 @@ def _rule(report: StudyReport, tied: list[tuple[Row, float]], margin: float) -> 
     assert best is not None
     faster = [r for r, _ in tied if r.tok_s_mean > best.tok_s_mean]
     if not faster:
+        cheapest = all(cost_key(best.candidate) < cost_key(r.candidate) for r, _ in tied)
+        also = ", and it is the cheapest of them too" if cheapest else ""
         if margin > 0:
             return (
-                f"picked the higher estimate (none cheaper within study.pick_margin, {margin:.0%})"
+                f"picked the higher estimate (none cheaper within study.pick_margin, "
+                f"{margin:.0%}){also}"
             )
-        return "picked the higher estimate (study.pick_margin is 0: no preference for the cheaper)"
+        return (
+            "picked the higher estimate (study.pick_margin is 0: no preference for the "
+            f"cheaper){also}"
+        )
     if all(cost_key(best.candidate) < cost_key(r.candidate) for r in faster):
         within = f", within study.pick_margin ({margin:.0%})" if margin > 0 else ""
         return f"picked the cheaper (fewer draft tokens, then fewer steps: cost_key{within})"
@@ -127,8 +133,8 @@ def tie_note(report: StudyReport, margin: float = 0.0, *, shown: int = 3) -> str
     if len(tied) > shown:
         names += f" and {len(tied) - shown} more"
     return (
-        f"the pick is tied within noise with {names}; {_rule(report, tied, margin)}: another "
-        "restart of them could change the order"
+        f"the pick is tied within noise with {names}; {_rule(report, tied, margin)}; another "
+        "start of any of them could change the order"
     )
 
 

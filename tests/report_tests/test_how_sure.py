@@ -82,6 +82,9 @@ def test_a_tied_pick_with_the_best_estimate_says_the_rule_and_a_clear_pick_says_
     note = tie_note(_report(pick, close))
     assert "with trial 12 (P=0." in note
     assert "picked the higher estimate (study.pick_margin is 0" in note
+    assert "cheapest of them too" not in note  # 8 draft tokens against 4
+    costly = _row(12, 97.0, steps=4, tokens=10, nccl=LL)
+    assert "and it is the cheapest of them too" in tie_note(_report(pick, costly))
     far = _row(12, 80.0, steps=2, tokens=4, nccl=LL)
     assert tie_note(_report(pick, far)) == ""  # surely slower: not tied
 
