@@ -28,6 +28,7 @@ from rayspec.results import candidate_reader
 from rayspec.results import deploy_script
 from rayspec.results import load_equivalence
 from rayspec.results import load_space
+from rayspec.results import tie_note
 from rayspec.search import Equivalence
 from rayspec.search import SearchSpace
 from rayspec.search import StoredStudy
@@ -182,7 +183,9 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
     )
     launch, source = "", ""
     if report.best is not None and cfg is not None:
-        launch, source = deploy_script(cfg, report.best, report.baseline), "the experiment"
+        tied = tie_note(report, margin)
+        launch = deploy_script(cfg, report.best, report.baseline, tied=tied)
+        source = "the experiment"
     elif report.best is not None:
         launch, source = _launch_from_folder(path, rows, report)
     return StudyData(

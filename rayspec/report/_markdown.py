@@ -10,6 +10,11 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from rayspec._types import TrialState
+from rayspec.results import ABOVE_PEAK_WHY
+from rayspec.results import above_peak
+from rayspec.results import gains
+from rayspec.results import interval
+from rayspec.results import tie_note
 from rayspec.results import vs_baseline
 from rayspec.results import within_noise
 from rayspec.store import StudyFolder
@@ -19,7 +24,9 @@ if TYPE_CHECKING:
     from rayspec.report._plots import Plot
     from rayspec.results import Row
 
-__all__ = ["render", "table_rows"]
+__all__ = ["ABOVE_PEAK_MARK", "render", "table_rows"]
+
+ABOVE_PEAK_MARK = "†"  # after an estimate above its row's own peak; the footnote says why
 
 
 def _cell(text: str) -> str:
@@ -72,12 +79,13 @@ def table_rows(data: StudyData) -> list[dict[str, Any]]:
             "runs": row.runs,
             "vs_baseline": vs_baseline(row, report.baseline),
             "flags": _flags(data, row),
+            "above_peak": above_peak(row),
         })  # fmt: skip
     for trial, label, reason in report.failures:
         out.append({
             "trials": (trial,), "config": label, "tok_s": math.nan, "ci95": math.nan,
             "peak": math.nan, "accept_length": math.nan, "starts": 0, "runs": 0,
-            "vs_baseline": "—",
+            "vs_baseline": "—", "above_peak": False,
             "flags": [r for r in (data.roles.get(trial, ""),) if r] + [f"failed: {reason}"],
         })  # fmt: skip
     return out
@@ -93,10 +101,12 @@ def _table(data: StudyData) -> list[str]:
         "| vs baseline | flags |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for e in table_rows(data):
+    entries = table_rows(data)
+    for e in entries:
         trials = ",".join(str(t) for t in e["trials"])
         if math.isfinite(e["tok_s"]):
-            tok = _num(e["tok_s"]) + (f" ± {e['ci95']:.1f}" if math.isfinite(e["ci95"]) else "")
+            tok = _num(e["tok_s"]) + (ABOVE_PEAK_MARK if e["above_peak"] else "")
+            tok += f" ± {e['ci95']:.1f}" if math.isfinite(e["ci95"]) else ""
             starts = f"{e['starts']} x {e['runs'] // max(1, e['starts'])}"
         else:
             tok, starts = "—", "—"
@@ -105,6 +115,32 @@ def _table(data: StudyData) -> list[str]:
             f"{_num(e['accept_length'], '.2f')} | {starts} | {e['vs_baseline']} | "
             f"{_cell(', '.join(e['flags']))} |"
         )
+    if any(e["above_peak"] for e in entries):
+        lines += ["", f"{ABOVE_PEAK_MARK} {ABOVE_PEAK_WHY[0].upper()}{ABOVE_PEAK_WHY[1:]}."]
+    return lines
+
+
+def _gains(data: StudyData) -> list[str]:
+    """What each change bought against the baseline, as the field's own table shows it."""
+    lines = [
+        "| change | configuration | tok/s (± 95 % CI) | vs baseline (95 % CI) |",
+        "|---|---|---|---|",
+    ]
+    for g in gains(data.report):
+        if g.row is None:
+            lines.append(f"| {g.what} | not measured (the study has no such trial) | — | — |")
+            continue
+        low, high = interval(g.row)
+        tok = _num(g.row.tok_s_mean)
+        tok += f" ± {(high - low) / 2:.1f}" if math.isfinite(low) else ""
+        vs = (
+            f"{g.ratio:.2f}x ({g.low:.2f}-{g.high:.2f})"
+            if math.isfinite(g.low)
+            else (f"{g.ratio:.2f}x" if math.isfinite(g.ratio) else "—")
+        )
+        which = "trial" if len(g.row.trials) == 1 else "trials"
+        trials = ", ".join(str(t) for t in g.row.trials)
+        lines.append(f"| {g.what} | {which} {trials}: {_cell(g.row.label)} | {tok} | {vs} |")
     return lines
 
 
@@ -155,6 +191,9 @@ def _summary(data: StudyData) -> list[str]:
     lines.append(text)
     if report.pick_note:
         lines.append(f"- {report.pick_note}")
+    tied = tie_note(report, data.margin)
+    if tied:
+        lines.append(f"- {tied[0].upper()}{tied[1:]}")
     return lines
 
 
@@ -174,6 +213,14 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
         "what it rests on; failed trials follow with their reason."
     )
     lines += [""] + _table(data)
+    if data.report.best is not None:
+        lines += ["", "## What each change bought", ""]
+        lines.append(
+            "Against the baseline, as the field's own table shows it: the NCCL set alone "
+            "(speculation off), speculation on the baseline's NCCL, and the joint pick; the "
+            "ratio's 95 % interval holds both estimates' uncertainty."
+        )
+        lines += [""] + _gains(data)
     failures = [r for r in data.rows if r["state"] == "FAIL" and r.get("failure_detail")]
     if failures:
         lines += ["", "## Failures", ""]

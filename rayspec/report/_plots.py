@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rayspec.report._load import StudyData
     from rayspec.results import Row
 
-__all__ = ["PLOTS", "Plot", "draw_plots", "short_label"]
+__all__ = ["PLOTS", "Plot", "draw_plots", "grouped_importances", "moved_together", "short_label"]
 
 PICK_COLOR = "#d62728"
 BASELINE_COLOR = "#555555"
@@ -364,6 +364,45 @@ def plot_accept_length(data: StudyData, path: str) -> Plot:
 
 
 # -- parameter importances ------------------------------------------------------------------------
+def _determines(pairs: list[tuple[Any, Any]]) -> bool:
+    """Whether the first value fixes the second in every pair (a function of it)."""
+    seen: dict[str, Any] = {}
+    for a, b in pairs:
+        key = repr(a)
+        if seen.setdefault(key, b) != b:
+            return False
+    return True
+
+
+def moved_together(names: list[str], trials: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """``names`` in groups the search always moved together: two parameters are one group
+    when, over ``trials`` (each one's parameters; an absent one is None), each one's value
+    fixes the other's (perfectly correlated, categorical or not). Their importances cannot be
+    told apart. Groups keep the order of ``names`` (a lone parameter is a group of one)."""
+    groups: list[list[str]] = []
+    for name in names:
+        for group in groups:
+            head = group[0]
+            pairs = [(t.get(head), t.get(name)) for t in trials]
+            varies = len({repr(a) for a, _ in pairs}) > 1
+            if varies and _determines(pairs) and _determines([(b, a) for a, b in pairs]):
+                group.append(name)
+                break
+        else:
+            groups.append([name])
+    return [tuple(g) for g in groups]
+
+
+def grouped_importances(
+    importances: dict[str, float], trials: list[dict[str, Any]]
+) -> dict[str, float]:
+    """One entry per :func:`moved_together` group (``a + b``: the members' sum, what the
+    group explains together), most important first."""
+    groups = moved_together(list(importances), trials)
+    merged = {" + ".join(g): sum(importances[n] for n in g) for g in groups}
+    return dict(sorted(merged.items(), key=lambda kv: -kv[1]))
+
+
 def plot_importances(data: StudyData, path: str) -> Plot:
     title = "Parameter importances"
     caption = (
@@ -379,12 +418,22 @@ def plot_importances(data: StudyData, path: str) -> Plot:
         return Plot(_name(path), title, caption, skipped=study.importance_note)
     if not importances:
         return Plot(_name(path), title, caption, skipped="no parameter varied")
-    names = list(importances)[::-1]
-    values = [importances[n] for n in names]
-    fig = _figure(7.0, 1.2 + 0.32 * len(names))
+    complete = [t.params for t in study.trials if t.optuna_state == "COMPLETE"]
+    grouped = grouped_importances(importances, complete)
+    together = [n for n in grouped if " + " in n]
+    if together:
+        caption += (
+            f" {' and '.join(together)}: the search always moved these together (in every "
+            "completed trial one's value fixed the other's), so their importances cannot be told "
+            "apart; one bar carries their sum."
+        )
+    names = list(grouped)[::-1]
+    values = [grouped[n] for n in names]
+    ticks = [n.replace(" + ", " +\n") for n in names]  # a group: one member a line
+    fig = _figure(7.0, 1.2 + 0.32 * sum(t.count("\n") + 1 for t in ticks))
     ax = fig.add_subplot()
     ax.barh(range(len(names)), values, color="#1f77b4")
-    ax.set_yticks(range(len(names)), names, fontsize=8)
+    ax.set_yticks(range(len(names)), ticks, fontsize=8)
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:.2f}", va="center", fontsize=7)
     ax.set_xlabel("importance for tok/s (share of 1)")

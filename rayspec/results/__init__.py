@@ -21,6 +21,14 @@ from rayspec.results._pick import observations_from_records
 from rayspec.results._saved import load_equivalence
 from rayspec.results._saved import load_space
 from rayspec.results._saved import save_space
+from rayspec.results._sure import ABOVE_PEAK_WHY
+from rayspec.results._sure import Gain
+from rayspec.results._sure import above_peak
+from rayspec.results._sure import gains
+from rayspec.results._sure import interval
+from rayspec.results._sure import prob_faster
+from rayspec.results._sure import tie_note
+from rayspec.results._sure import tied_with_pick
 from rayspec.results._table import WITHIN_NOISE
 from rayspec.results._table import Row
 from rayspec.results._table import StudyReport
@@ -28,21 +36,29 @@ from rayspec.results._table import vs_baseline
 from rayspec.results._table import within_noise
 
 __all__ = [
+    "ABOVE_PEAK_WHY",
     "DRAFT_PLACEHOLDER",
     "GATE_UNCHECKED",
+    "Gain",
     "MODEL_PLACEHOLDER",
     "WITHIN_NOISE",
     "Row",
     "StudyReport",
+    "above_peak",
     "build_report",
     "candidate_reader",
     "cost_key",
     "deploy_config",
     "deploy_script",
+    "gains",
+    "interval",
     "load_equivalence",
     "load_space",
     "observations_from_records",
+    "prob_faster",
     "save_space",
+    "tie_note",
+    "tied_with_pick",
     "twin_script",
     "vs_baseline",
     "within_noise",

@@ -22,6 +22,10 @@ from rayspec._text import one_line
 from rayspec.engines import deploy_lines
 from rayspec.engines import engine_named
 from rayspec.results._saved import write_text
+from rayspec.results._sure import above_peak
+from rayspec.results._sure import gains
+from rayspec.results._sure import interval
+from rayspec.results._sure import tie_note
 from rayspec.results._table import Row
 from rayspec.results._table import StudyReport
 from rayspec.results._table import vs_baseline
@@ -55,8 +59,13 @@ def deploy_config(cfg: ExperimentConfig) -> ExperimentConfig:
     return dataclasses.replace(cfg, server=server)
 
 
-def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
-    """A bash script with the exact environment and ``python -m sglang.launch_server`` line."""
+def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None, *, tied: str = "") -> str:
+    """A bash script with the exact environment and ``python -m sglang.launch_server`` line.
+
+    Args:
+        tied: :func:`~rayspec.results.tie_note` of the study (the pick tied within noise, and
+            the rule that chose): a comment line of its own.
+    """
     dcfg = deploy_config(cfg)
     launch = build_launch(dcfg, row.candidate, port=cfg.server.port, log_path="-")
     placeholders = {
@@ -72,6 +81,13 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None) -> str:
         f"{plural(row.runs // max(1, row.starts), 'run')} pooled), {row.tok_s_peak:.1f} peak, "
         f"{vs} vs baseline" + (f" ({baseline.tok_s_mean:.1f} tok/s)" if baseline else ""),
     ]
+    if above_peak(row):
+        comments.append(
+            "the estimate is above this configuration's peak: it pools its neighbours through "
+            "the fitted surface; the peak is what was measured"
+        )
+    if tied:
+        comments.append(tied)
     if cfg.server.engine is Engine.twin:
         comments.append(
             f"MEASURED ON THE DIGITAL TWIN (profile {cfg.server.twin.profile}), not on GPUs: "
@@ -111,6 +127,9 @@ def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | 
     dcfg = deploy_config(cfg)
     launch = build_launch(dcfg, best.candidate, port=cfg.server.port, log_path="-")
     base = report.baseline
+    low, high = interval(best)
+    joint = gains(report)[-1]
+    tied = tie_note(report, cfg.study.pick_margin)
     doc: dict[str, Any] = {
         "study": cfg.study.name,
         "engine": cfg.server.engine.value,
@@ -122,12 +141,18 @@ def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | 
         "trial": best.trial,
         "config": best.label,
         "tok_s_mean": round(best.tok_s_mean, 3),
+        "tok_s_ci95": None if math.isnan(low) else {"low": round(low, 3), "high": round(high, 3)},
         "tok_s_peak": round(best.tok_s_peak, 3),
         "accept_length": None if math.isnan(best.accept_length) else round(best.accept_length, 4),
         "baseline": None
         if base is None
         else {"trial": base.trial, "config": base.label, "tok_s_mean": round(base.tok_s_mean, 3)},
-        "vs_baseline": None if base is None else round(best.tok_s_mean / base.tok_s_mean - 1, 4),
+        # The ratio (1.57: 57 % faster), its 95 % interval, and the text the tables show.
+        "vs_baseline": None if math.isnan(joint.ratio) else round(joint.ratio, 4),
+        "vs_baseline_ci95": None if math.isnan(joint.low) else {
+            "low": round(joint.low, 4), "high": round(joint.high, 4)},
+        "vs_baseline_text": None if base is None else vs_baseline(best, base, noise=True),
+        "tied_within_noise": tied or None,
         "speculative": None if best.candidate.spec is None else {
             "algorithm": best.candidate.spec.algorithm,
             "num_steps": best.candidate.spec.num_steps,
@@ -143,7 +168,7 @@ def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | 
     folder = StudyFolder(cfg.out_dir)
     os.makedirs(folder.root, exist_ok=True)
     write_text(folder.best_yaml, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
-    write_text(folder.best_sh, deploy_script(cfg, best, base))
+    write_text(folder.best_sh, deploy_script(cfg, best, base, tied=tied))
     os.chmod(folder.best_sh, 0o755)
     if cfg.server.engine is Engine.twin:
         write_text(folder.best_twin_sh, twin_script(cfg, best))

@@ -180,6 +180,7 @@ def _run(cfg: ExperimentConfig, space: SearchSpace) -> int:
 
 def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     from rayspec.results import deploy_config
+    from rayspec.results import tie_note
     from rayspec.results import write_best
     from rayspec.store import StudyFolder
     from rayspec.tune._cluster import connect
@@ -188,6 +189,7 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     from rayspec.tune._driver import run_study
     from rayspec.tune._progress import make_progress
     from rayspec.tune._report import deploy_warnings
+    from rayspec.tune._report import format_gains
     from rayspec.tune._report import format_table
     from rayspec.tune._tiers import write_adaptive_tiers
 
@@ -240,6 +242,9 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
         )
         return 1
     print(format_table(report))
+    print("what each change bought, against the baseline:")
+    for line in format_gains(report):
+        print(f"  {line}")
     if outcome.pruned or report.pruned:
         print(
             f"pruning: {plural(report.pruned, 'trial')} stopped early, saving about "
@@ -260,6 +265,9 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     print()
     if report.pick_note:
         print(report.pick_note)
+    tied = tie_note(report, cfg.study.pick_margin)
+    if tied:
+        print(tied)
     if paths:
         best = report.best
         starts = f"{best.starts} server starts pooled" if best.starts > 1 else "one server start"

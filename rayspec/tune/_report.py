@@ -7,11 +7,17 @@ from __future__ import annotations
 
 import math
 
+from rayspec.results import ABOVE_PEAK_WHY
 from rayspec.results import Row
 from rayspec.results import StudyReport
+from rayspec.results import above_peak
+from rayspec.results import gains
 from rayspec.results import vs_baseline
 
-__all__ = ["deploy_warnings", "format_table"]
+__all__ = ["ABOVE_PEAK_MARK", "deploy_warnings", "format_gains", "format_table"]
+
+# After an estimate above its row's own peak; the note under the table says why.
+ABOVE_PEAK_MARK = "*"
 
 
 def deploy_warnings(row: Row) -> list[str]:
@@ -31,7 +37,8 @@ def format_table(report: StudyReport, limit: int = 10) -> str:
     """The field table's form, one row per configuration, best estimate first.
 
     ``tok/s`` is the estimate the pick uses (all starts pooled); ``starts x runs`` says how much
-    it rests on.
+    it rests on. An estimate above its own peak is marked (:data:`ABOVE_PEAK_MARK`) and a note
+    under the table says why; a last line says how many configurations were left out.
     """
     shown = list(report.rows[:limit])
     for extra in (r for r in report.rows if r.role and r not in shown):
@@ -55,12 +62,25 @@ def format_table(report: StudyReport, limit: int = 10) -> str:
         acc = f"{r.accept_length:.2f}" if math.isfinite(r.accept_length) else "—"
         trials = ",".join(str(t) for t in r.trials[:4]) + ("…" if len(r.trials) > 4 else "")
         vs = vs_baseline(r, report.baseline, noise=True)
+        mark = ABOVE_PEAK_MARK if above_peak(r) else ""
         lines.append(
-            f"| {trials} | {r.label}{tag} | {r.tok_s_mean:.1f} | {r.tok_s_peak:.1f} | {acc} | "
-            f"{r.starts} x {r.runs // max(1, r.starts)} | {vs} |"
+            f"| {trials} | {r.label}{tag} | {r.tok_s_mean:.1f}{mark} | {r.tok_s_peak:.1f} | {acc} "
+            f"| {r.starts} x {r.runs // max(1, r.starts)} | {vs} |"
         )
     for trial, label, reason in report.failures[:5]:
         lines.append(f"| {trial} | {label} | failed: {reason} | | | | |")
     if len(report.failures) > 5:
         lines.append(f"| … | {len(report.failures) - 5} more failed trials | | | | | |")
+    left_out = len(report.rows) - len(shown)
+    if left_out:
+        which = "configuration" if left_out == 1 else "configurations"
+        lines.append(f"… {left_out} more {which} in report.md")
+    if any(above_peak(r) for r in shown):
+        lines.append(f"{ABOVE_PEAK_MARK} {ABOVE_PEAK_WHY}")
     return "\n".join(lines)
+
+
+def format_gains(report: StudyReport) -> list[str]:
+    """What each change bought against the baseline, one line each (the field table's
+    decomposition: NCCL alone, speculation on top, the joint pick)."""
+    return [g.describe() for g in gains(report)]

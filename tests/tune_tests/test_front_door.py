@@ -104,3 +104,20 @@ def test_a_finished_study_says_so_without_starting_ray(tmp_path, capsys, monkeyp
     argv = shlex.split(line.split("study:", 1)[1])
     assert argv[0] == "optuna-dashboard" or os.path.exists(argv[0])
     assert os.path.exists(argv[1])
+
+
+def test_the_end_of_a_study_says_what_each_change_bought(tmp_path, capsys, monkeypatch) -> None:
+    path = _finished_study(tmp_path, restarts=2)  # the baseline and enqueued[0]
+    monkeypatch.setattr("rayspec.tune._cluster.connect", lambda *_a, **_k: None)
+    assert main([path, f"server.port={free_port_block()}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("what each change bought, against the baseline:")
+    assert out[at + 1] == (
+        "  NCCL alone (speculation off): not measured (the study has no such trial)"
+    )
+    spec, joint = out[at + 2], out[at + 3]  # enqueued[0]: speculation on the default NCCL
+    assert spec.startswith("  speculation on top (the baseline's NCCL): ")
+    assert joint.startswith("  the joint pick: ")
+    for line in (spec, joint):
+        assert "x the baseline (95 %: " in line and line.endswith("NCCL default")
+        assert "trial 1: EAGLE3" in line
