@@ -2,13 +2,14 @@
 
 The twin is timed by its simulated clock (``BenchPlan.clock="twin"``), so the host's scheduling
 jitter (two cores shared with the rest of the test suite) cannot move a measured number, a
-pruning decision, a restart of a leader or the pick. About 40 s on two busy cores (two studies
-of 5 restarts).
+pruning decision, a restart of a leader or the pick. About 50 s on two busy cores (two studies
+of 4 restarts).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from rayspec._config import load_config
@@ -18,9 +19,9 @@ from tests.helpers import TWIN_EXPERIMENT
 from tests.helpers import free_port_block
 
 SMALL = [
-    "study.max_restarts=5",
+    "study.max_restarts=4",
     "bench.repeats=2",
-    "bench.max_repeats=4",
+    "bench.max_repeats=3",
     "bench.max_tokens=40",
     "server.twin.startup_s=0.2",
     "cluster.include_dashboard=false",
@@ -32,13 +33,19 @@ _COLUMNS = (
 )  # fmt: skip
 
 
+def _comparable(value: Any) -> Any:
+    """NaN (no accept length without speculation) as None, so equal rows compare equal."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
 def _study(folder: str) -> tuple[list[dict[str, Any]], str]:
     cfg = load_config(
         TWIN_EXPERIMENT, [f"output.dir={folder}", f"server.port={free_port_block()}", *SMALL]
     )
     outcome = run_study(cfg, printer=lambda _line: None)
     rows = ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()
-    table = [{k: row.get(k) for k in _COLUMNS} for row in sorted(rows, key=lambda r: r["trial"])]
+    table = [{k: _comparable(row.get(k)) for k in _COLUMNS} for row in rows]
+    table.sort(key=lambda r: r["trial"])
     best = outcome.report.best
     pick = (best.label, best.trials, best.tok_s_mean) if best is not None else None
     return table, json.dumps(pick)
@@ -47,7 +54,7 @@ def _study(folder: str) -> tuple[list[dict[str, Any]], str]:
 def test_a_seeded_twin_study_gives_the_same_trials_and_pick(ray_cluster, tmp_path) -> None:
     first, pick = _study(str(tmp_path / "a"))
     second, pick_again = _study(str(tmp_path / "b"))
-    assert len(first) == 5 and any(r["state"] == "COMPLETE" for r in first)
+    assert len(first) == 4 and any(r["state"] == "COMPLETE" for r in first)
     for a, b in zip(first, second, strict=True):
         assert a == b, f"trial {a['trial']} differs between two runs of the same seeded study"
     assert pick == pick_again
