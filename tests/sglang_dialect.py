@@ -242,6 +242,11 @@ TWIN_ONLY_OK = {  # prefixes of paths only the twin has, by design
     "get_server_info": ("rayspec_twin",),  # its own section
     "server_info": ("rayspec_twin",),
     "log.startup": ("available_gpu_mem_gb",),  # a GPU node's; this CPU's is available_cpu_mem
+    # The twin's simulated clock (docs/sglang.md, "The twin's own fields"): never read from
+    # a real server.
+    "generate": ("meta_info.rayspec_twin",),
+    "generate_stream.chunk": ("meta_info.rayspec_twin",),
+    "generate_stream.final": ("meta_info.rayspec_twin",),
 }
 
 

@@ -18,6 +18,15 @@ chunk that carries tokens; each later chunk's gap since the previous token-carry
 split evenly over the tokens it added (so ``len(itl_ms)`` is the completion tokens minus those
 of the first chunk, and ``sum(itl_ms)`` is the time from the first to the last token).
 
+**The twin's clock.** With ``clock="twin"`` (a study whose ``server.engine`` is the twin), a
+request at concurrency 1 is timed by the twin's simulated clock instead of the client's: every
+``/generate`` chunk of the twin carries ``meta_info.rayspec_twin`` (a twin-only field: the
+request's arrival and its latest tokens, in simulated seconds), and the token arrivals above are
+taken from it, so a seeded twin study measures the same numbers on a busy and an idle host.
+Under load (concurrency > 1) which requests share a batch depends on when they arrive, so those
+runs keep the wall clock. A real SGLang server is always timed by the wall clock
+(``clock="wall"``, the default): the field is never read from it.
+
 Failures are typed (:class:`~rayspec.StreamStalled` for a read timeout or the whole-request
 deadline, :class:`~rayspec.BenchError` with ``reason=CRASH_MID_BENCHMARK`` for a cut or refused
 connection). :meth:`StreamClient.measure` turns them into a recorded error instead; whether a
@@ -81,6 +90,28 @@ def _parse_generate_chunk(payload: bytes) -> Any:
     return json.loads(text)
 
 
+_CLOCKS = ("wall", "twin")
+_TWIN_CLOCK_KEY = "rayspec_twin"
+
+
+def _twin_elapsed_s(meta: dict[str, Any]) -> float:
+    """Simulated seconds from the request's arrival to the chunk's latest tokens.
+
+    Raises:
+        BenchError: the chunk has no twin clock (the server is not rayspec's twin).
+    """
+    clock = meta.get(_TWIN_CLOCK_KEY)
+    if not isinstance(clock, dict):
+        clock = {}
+    token_s = clock.get("sim_token_s")
+    if token_s is None or clock.get("sim_arrival_s") is None:
+        raise BenchError(
+            f"clock 'twin': a /generate chunk without meta_info.{_TWIN_CLOCK_KEY}.sim_token_s "
+            "(is the server rayspec's twin?)"
+        )
+    return float(token_s) - float(clock["sim_arrival_s"])
+
+
 def _read_histogram(fields: dict[str, Any], state: dict[str, Any]) -> None:
     """The request's accept histogram, from ``meta_info`` or ``spec_tokens_details``
     (``spec_accept_histogram``: its name in SGLang 0.5.12-0.5.20)."""
@@ -91,9 +122,15 @@ def _read_histogram(fields: dict[str, Any], state: dict[str, Any]) -> None:
 
 @dataclasses.dataclass
 class _Timeline:
-    """Token arrival bookkeeping for one stream (mutable, private to one request)."""
+    """Token arrival bookkeeping for one stream (mutable, private to one request).
+
+    ``t0`` is when the request was sent (``perf_counter``); token times are on the clock whose
+    zero is ``origin``: ``t0`` for the wall clock, 0 for the twin's (simulated seconds since
+    the request arrived, so a twin-timed request's figures do not depend on ``t0``).
+    """
 
     t0: float
+    origin: float | None = None  # None: t0 (the wall clock)
     tokens: int = 0
     ttft_s: float | None = None
     last_s: float = 0.0
@@ -104,7 +141,7 @@ class _Timeline:
         if new <= 0:
             return
         if self.ttft_s is None:
-            self.ttft_s = now - self.t0
+            self.ttft_s = now - (self.t0 if self.origin is None else self.origin)
         else:
             gap = (now - self.last_s) / new
             self.itl_s.extend([gap] * new)
@@ -173,6 +210,8 @@ class StreamClient:
         base_url: e.g. ``"http://127.0.0.1:30000"``.
         max_streams: the most requests in flight at once (one connection each).
         endpoint: ``"generate"`` or ``"completions"``.
+        clock: ``"wall"`` (the client's clock, always for a real server) or ``"twin"``
+            (requests at concurrency 1 timed by the twin's simulated clock; ``generate`` only).
         read_timeout_s: the longest gap allowed between two chunks.
         request_timeout_s: deadline for one whole request.
         temperature, ignore_eos, model: request fields.
@@ -191,6 +230,7 @@ class StreamClient:
         *,
         max_streams: int = 1,
         endpoint: str = "generate",
+        clock: str = "wall",
         read_timeout_s: float = 30.0,
         request_timeout_s: float = 600.0,
         temperature: float = 0.0,
@@ -200,10 +240,17 @@ class StreamClient:
     ) -> None:
         if endpoint not in ("generate", "completions"):
             raise ValueError(f"endpoint={endpoint!r}: expected 'generate' or 'completions'")
+        if clock not in _CLOCKS:
+            raise ValueError(f"clock={clock!r}: expected 'wall' or 'twin'")
+        if clock == "twin" and endpoint != "generate":
+            raise ValueError(
+                "clock='twin' reads /generate's meta_info: expected endpoint='generate'"
+            )
         if max_streams < 1:
             raise ValueError(f"max_streams={max_streams!r}: expected >= 1")
         self.base_url = base_url.rstrip("/")
         self.endpoint = endpoint
+        self.clock = clock
         self.max_streams = max_streams
         self.read_timeout_s = float(read_timeout_s)
         self.request_timeout_s = float(request_timeout_s)
@@ -279,8 +326,11 @@ class StreamClient:
             "return_spec_tokens_details": True,
         }
 
-    async def stream(self, prompt: str, max_tokens: int) -> StreamResult:
-        """Send one streaming request and time it.
+    async def stream(
+        self, prompt: str, max_tokens: int, *, twin_clock: bool = False
+    ) -> StreamResult:
+        """Send one streaming request and time it (``twin_clock``: by the twin's simulated
+        clock; only with ``clock="twin"``).
 
         Raises:
             StreamStalled: no chunk within ``read_timeout_s``, or the request passed its
@@ -289,26 +339,28 @@ class StreamClient:
                 server answered with an HTTP error or an ``{"error": ...}`` chunk, or the stream
                 ended before the request finished.
         """
+        if twin_clock and self.clock != "twin":
+            raise ValueError("twin_clock=True needs StreamClient(clock='twin')")
         try:
-            return await self._stream(prompt, max_tokens)
+            return await self._stream(prompt, max_tokens, twin_clock)
         except _Partial as partial:
             if partial.cause is None:
                 raise partial.error from None
             raise partial.error from partial.cause
 
-    async def _stream(self, prompt: str, max_tokens: int) -> StreamResult:
+    async def _stream(self, prompt: str, max_tokens: int, twin_clock: bool) -> StreamResult:
         lane = await self._lanes.get()
         try:
-            return await self._stream_on(lane, prompt, max_tokens)
+            return await self._stream_on(lane, prompt, max_tokens, twin_clock)
         finally:
             self._lanes.put_nowait(lane)
 
     async def _stream_on(
-        self, lane: httpx.AsyncClient, prompt: str, max_tokens: int
+        self, lane: httpx.AsyncClient, prompt: str, max_tokens: int, twin_clock: bool
     ) -> StreamResult:
         path, payload = self._payload(prompt, max_tokens)
         t0 = time.perf_counter()
-        tl = _Timeline(t0=t0)
+        tl = _Timeline(t0=t0, origin=0.0 if twin_clock else t0)
         state: dict[str, Any] = {
             "prompt_tokens": 0,
             "verify": None,
@@ -316,6 +368,7 @@ class StreamClient:
             "server_e2e": None,
             "output_ids": None,
             "histogram": None,
+            "twin_clock": twin_clock,
         }
         chunks = 0
         end = t0
@@ -385,12 +438,14 @@ class StreamClient:
         if tl.ttft_s is None:
             err = BenchError(f"POST {path} finished without any token")
             raise _Partial(err, tl, end)
+        # On the twin's clock the request ends with its last token.
+        e2e_s = tl.last_s if twin_clock else end - t0
         return StreamResult(
             t0=t0,
             prompt_tokens=int(state["prompt_tokens"]),
             completion_tokens=tl.tokens,
             ttft_s=tl.ttft_s,
-            e2e_s=end - t0,
+            e2e_s=e2e_s,
             itl_s=tuple(tl.itl_s),
             spec_verify_ct=state["verify"],
             chunks=chunks,
@@ -431,6 +486,8 @@ class StreamClient:
             ct = meta.get("completion_tokens")
             if ct is None:
                 ct = len(obj.get("output_ids") or ())
+            if state["twin_clock"] and int(ct) > tl.tokens:
+                now = _twin_elapsed_s(meta)
             tl.advance(now, int(ct))
             if "prompt_tokens" in meta:
                 state["prompt_tokens"] = meta["prompt_tokens"]
@@ -483,10 +540,12 @@ class StreamClient:
         (its :class:`~rayspec.FailureReason`) and ``record.error`` (the message).
 
         A failed record keeps what was measured before the failure (tokens so far, TTFT when
-        a token arrived, NaN otherwise).
+        a token arrived, NaN otherwise). With ``clock="twin"`` a request at concurrency 1 is
+        timed by the twin's simulated clock (see the module docstring).
         """
+        twin_clock = self.clock == "twin" and concurrency == 1
         try:
-            res = await self._stream(prompt, max_tokens)
+            res = await self._stream(prompt, max_tokens, twin_clock)
         except _Partial as partial:
             tl = partial.timeline
             return RequestRecord(

@@ -90,6 +90,10 @@ class BenchPlan:
             the same server continues the numbering, and with it the prompt sequence).
         endpoint: ``"generate"`` (SGLang's native ``/generate``, cumulative chunks) or
             ``"completions"`` (``/v1/completions``, delta chunks plus usage).
+        clock: ``"wall"`` (the client's clock; always for a real server) or ``"twin"``: a
+            twin study's requests at concurrency 1 are timed by the twin's simulated clock
+            (``meta_info.rayspec_twin``), so a seeded twin study measures the same numbers on
+            every run (see :class:`~rayspec.bench.StreamClient`).
         temperature: sampling temperature (0.0 = greedy, as SGLang's own benchmarks).
         read_timeout_s: the longest gap allowed between two chunks of a stream; a longer gap
             is a stalled stream.
@@ -116,6 +120,7 @@ class BenchPlan:
     repeats: int = 5
     first_run: int = 0
     endpoint: str = "generate"
+    clock: str = "wall"
     temperature: float = 0.0
     read_timeout_s: float = 30.0
     request_timeout_s: float = 600.0
@@ -143,6 +148,12 @@ class BenchPlan:
         if self.endpoint not in _ENDPOINTS:
             raise ConfigError(
                 f"BenchPlan.endpoint={self.endpoint!r}: expected one of {', '.join(_ENDPOINTS)}"
+            )
+        if self.clock not in ("wall", "twin"):
+            raise ConfigError(f"BenchPlan.clock={self.clock!r}: expected 'wall' or 'twin'")
+        if self.clock == "twin" and self.endpoint != "generate":
+            raise ConfigError(
+                "BenchPlan.clock='twin' reads /generate's meta_info: expected endpoint='generate'"
             )
         if not self.temperature >= 0:
             raise ConfigError(f"BenchPlan.temperature={self.temperature!r}: expected >= 0")

@@ -309,6 +309,7 @@ async def arun_benchmark(
         base_url,
         max_streams=max_streams,
         endpoint=plan.endpoint,
+        clock=plan.clock,
         read_timeout_s=plan.read_timeout_s,
         request_timeout_s=plan.request_timeout_s,
         temperature=plan.temperature,

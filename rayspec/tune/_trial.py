@@ -17,6 +17,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ActorLost
 from rayspec._exceptions import ClusterError
@@ -135,6 +136,9 @@ def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
         warmup=cfg.bench.warmup,
         repeats=cfg.bench.repeats,
         temperature=cfg.bench.temperature,
+        # The twin's simulated clock times a twin study (reproducible for a seeded study);
+        # a real server is always timed by the wall clock.
+        clock="twin" if cfg.server.engine is Engine.twin else "wall",
         read_timeout_s=cfg.bench.read_timeout_s,
         request_timeout_s=cfg.bench.request_timeout_s,
     )

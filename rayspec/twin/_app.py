@@ -609,7 +609,8 @@ class TwinServer:
         SGLang 0.5.23's fields: the scheduler's timings with ``--enable-metrics``, the time
         the answer was first sent (a stream's first chunk; the final one with metrics or
         without streaming), and on the final chunk the end-to-end latency, the weight
-        versions and the speculative fields.
+        versions and the speculative fields. Plus the twin's own ``rayspec_twin`` object (the
+        simulated clock, see :mod:`rayspec.twin._engine`).
         """
         metrics = self.metrics is not None
         unix = time.time() - time.monotonic()  # engine times are monotonic
@@ -640,6 +641,10 @@ class TwinServer:
         meta["dp_rank"] = None
         if first or (final and (metrics or not stream)):
             meta["response_sent_to_client_ts"] = unix + first_token
+        # Twin-only (SGLang has no such field; clients ignore unknown keys): the request's
+        # arrival and its latest tokens on the engine's simulated clock, in seconds since the
+        # start, free of the host's scheduling jitter (rayspec's client reads them on the twin).
+        meta["rayspec_twin"] = {"sim_arrival_s": req.sim_arrival_s, "sim_token_s": req.sim_token_s}
         if final:
             end = req.finished_s if req.finished_s is not None else time.monotonic()
             meta["e2e_latency"] = end - req.arrival_s

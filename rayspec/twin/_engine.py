@@ -16,6 +16,15 @@ falls behind (a busy machine), the late iteration emits at once and later deadli
 shifted, so the twin never runs slower than its model on average. When idle, the clock restarts at
 the arrival of the next request.
 
+**The simulated clock.** Beside the wall-clock schedule the engine keeps its own clock
+(:attr:`Engine.sim_s`): the sum of the modelled durations of every prefill and decode iteration
+since the start, nothing else. A request arrives on it at the end of the last finished
+iteration (an idle engine does not count the idle time) and each emission is stamped with the
+simulated end of its iteration (``GenRequest.sim_arrival_s``, ``sim_token_s``). At batch 1 those
+stamps depend only on the seed and the order of requests, never on how busy the host is; the
+HTTP side reports them (``meta_info.rayspec_twin``) so a twin study can measure without the
+host's scheduling jitter.
+
 **Noise (simple and documented).** Each request draws ``(mult, time_factor)`` from
 :class:`NoiseModel` when it arrives. ``mult`` scales that request's acceptance; an iteration's
 duration is scaled by the mean ``time_factor`` of the running requests (at batch 1: exactly that
@@ -77,6 +86,8 @@ class GenRequest:
     histogram: list[int] = dataclasses.field(default_factory=list)
     first_token_s: float | None = None
     last_token_s: float | None = None
+    sim_arrival_s: float = 0.0  # on the engine's simulated clock (see the module docstring)
+    sim_token_s: float | None = None  # simulated end of the iteration of its latest tokens
     finished_s: float | None = None
     finished: bool = False
     aborted: bool = False
@@ -235,6 +246,8 @@ class Engine:
         self._token_count = 0
         self._on_token_limit: Callable[[], None] | None = None
         self._clock = self._now()
+        self._sim_queued = 0.0  # simulated end of the iterations scheduled so far
+        self.sim_s = 0.0  # simulated end of the last finished iteration
 
     # ------------------------------------------------------------------ public API
 
@@ -300,6 +313,7 @@ class Engine:
             time_factor=noise.time_factor,
             rng=random.Random(self.seed * 1_000_003 + index),
             arrival_s=self._now(),
+            sim_arrival_s=self.sim_s,
             histogram=[0] * self._histogram_size(),
         )
         self._waiting.append(req)
@@ -395,6 +409,15 @@ class Engine:
             else:
                 await self._decode()
 
+    def _advance(self, duration_s: float) -> None:
+        """Schedule an iteration of ``duration_s``: on the wall-clock deadline and on the
+        simulated clock (which :meth:`_finished_iteration` moves once it has run)."""
+        self._clock += duration_s
+        self._sim_queued += duration_s
+
+    def _finished_iteration(self) -> None:
+        self.sim_s = self._sim_queued
+
     def _emit(self, req: GenRequest, n: int, now: float) -> int:
         """Give ``req`` ``n`` more tokens (fewer at the fault limit); returns tokens given."""
         if self._token_limit is not None:
@@ -411,6 +434,7 @@ class Engine:
             for _ in range(n):
                 self.metrics.observe("inter_token_latency_seconds", gap)
         req.last_token_s = now
+        req.sim_token_s = self.sim_s
         req.output_tokens += n
         self.stats.generated_tokens += n
         if req.output_tokens >= req.max_new_tokens:
@@ -452,9 +476,10 @@ class Engine:
             + (", " if self.version < (0, 5, 23) else "")
         )
         duration_s = self.model.prefill_ms(new_tokens) * self.noise.start_factor / 1000.0
-        self._clock += duration_s
+        self._advance(duration_s)
         self._window.busy_s += duration_s
         await self._sleep_until(self._clock)
+        self._finished_iteration()
         now = self._now()
         for req in batch:
             if req.aborted:
@@ -483,10 +508,11 @@ class Engine:
         duration_s = step_ms * time_factor * self.noise.start_factor / 1000.0
         # Draw the cycle outcomes now (the schedule is fixed before sleeping).
         draws = [model.sample_cycle_tokens(r.rng, r.mult) for r in running]
-        self._clock += duration_s
+        self._advance(duration_s)
         await self._sleep_until(self._clock)
         if self._frozen.is_set():
             return
+        self._finished_iteration()
         now = self._now()
         spec = self.spec
         drafted = model.spec.num_draft_tokens - 1 if model.spec is not None else 0

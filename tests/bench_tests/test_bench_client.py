@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,7 @@ def _stream(url: str, endpoint: str = "generate", max_tokens: int = 20, **kw: fl
     return asyncio.run(go())
 
 
-def _measure(url: str, endpoint: str = "generate", max_tokens: int = 20, **kw: float):
+def _measure(url: str, endpoint: str = "generate", max_tokens: int = 20, **kw: Any):
     async def go():
         async with StreamClient(url, endpoint=endpoint, **kw) as client:
             return await client.measure(
@@ -222,3 +223,14 @@ def test_generate_chunk_fast_parse() -> None:
     assert _parse_generate_chunk(json.dumps(err).encode()) == err
     odd = {"output_ids": [1, 2], "meta_info": {"id": "a"}}
     assert _parse_generate_chunk(json.dumps(odd).encode()) == odd
+
+
+def test_the_twin_clock_is_refused_without_the_twins_field(fake_server) -> None:
+    """clock='twin' never falls back to the wall clock: a server that is not the twin (no
+    ``meta_info.rayspec_twin``) fails the request with a line saying so; the wall clock (the
+    default, and always for a real server) measures it."""
+    rec = _measure(fake_server.base_url, clock="twin")
+    assert not rec.ok and "meta_info.rayspec_twin" in (rec.error or "")
+    assert _measure(fake_server.base_url).ok
+    with pytest.raises(ValueError, match="endpoint='generate'"):
+        StreamClient(fake_server.base_url, endpoint="completions", clock="twin")

@@ -75,3 +75,27 @@ def test_greedy_output_is_the_prompts_whatever_the_trial_and_ll128_on_pcie_garbl
     assert outs[2] != outs[1]
     first = next(i for i, (a, b) in enumerate(zip(outs[1], outs[2], strict=True)) if a != b)
     assert first < 16  # early: not a late numeric drift
+
+
+def test_a_twin_study_is_timed_by_the_twin_clock_the_simulation_computes() -> None:
+    """A twin study's plan times requests by the twin's simulated clock: the unpaced twin
+    (``--twin-realtime false`` answers as fast as the host can) measures exactly the schedule
+    of the simulation, TTFT and E2E, whatever the host's speed."""
+    cfg = load_config(TWIN_EXPERIMENT, ["bench.max_tokens=80", "bench.repeats=3"])
+    cand = Candidate(nccl_env=LL_SYS, spec=SpecSettings("EAGLE3", 2, 4, 6))
+    args, env = _argv(cfg, cand)
+    plan = bench_plan(cfg)
+    assert plan.clock == "twin"
+    with TwinProcess([*args, "--twin-realtime", "false"], env=env) as twin:
+        twin.wait_ready()
+        served = run_benchmark_detailed(twin.base_url, plan).records
+    sim = SimulatedServer(args, env)
+    scenario = plan.scenarios[0]
+    assert len(served) == 4  # the warm-up and 3 runs
+    for rec in served:
+        ask = request_input(scenario, rec.run, rec.index)
+        got = sim.generate(count_prompt_tokens(ask.prompt), ask.max_tokens)
+        assert rec.ok and got.completion_tokens == rec.completion_tokens
+        assert rec.ttft_ms == pytest.approx(got.ttft_ms, rel=1e-9)
+        assert rec.e2e_ms == pytest.approx(got.e2e_ms, rel=1e-9)
+        assert sum(rec.itl_ms) == pytest.approx(got.e2e_ms - got.ttft_ms, rel=1e-9)

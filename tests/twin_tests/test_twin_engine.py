@@ -84,6 +84,39 @@ def test_late_wakeup_does_not_shift_later_deadlines() -> None:
     assert step * 1000 == pytest.approx(model.step_ms(1, 4 + 30), rel=0.01)
 
 
+async def simulated_stamps(engine: Engine, clock: FakeClock, idle_s: float) -> list[float]:
+    """Two requests one after another with ``idle_s`` of idle wall time between them: the
+    simulated arrival and every emission's simulated stamp of both."""
+    engine.start()
+    stamps: list[float] = []
+    for rid in ("a", "b"):
+        req = engine.submit(rid=rid, prompt_tokens=4, max_new_tokens=40, output_ids=[0] * 40)
+        stamps.append(req.sim_arrival_s)
+        async for _ in engine.updates(req):
+            assert req.sim_token_s is not None
+            stamps.append(req.sim_token_s)
+        clock.now += idle_s  # the client takes its time before the next request
+    engine.close()
+    return stamps
+
+
+def test_the_simulated_clock_ignores_late_wakeups_and_idle_time() -> None:
+    """The stamps the twin reports (meta_info.rayspec_twin) are the model's schedule: a loop
+    that wakes late on a busy host and idle time between requests change none of them."""
+    on_time, lagging = FakeClock(), FakeClock()
+    lagging.lags = {3: 0.2, 10: 0.05, 50: 0.5}
+    a = asyncio.run(simulated_stamps(make_engine(on_time), on_time, 0.0))
+    b = asyncio.run(simulated_stamps(make_engine(lagging), lagging, 7.0))
+    assert lagging.now - on_time.now > 7.5  # the wall clocks did drift apart
+    assert a == b
+    # The second request arrives when the first one's last iteration ended, and the stamps
+    # add up the model's durations: a prefill, then one step per token.
+    assert len(a) == 2 * 41  # per request: its arrival and 40 emissions (batch 1, one token)
+    assert a[41] == a[40]
+    model = make_engine(on_time).model
+    assert a[1] - a[0] == pytest.approx(model.prefill_ms(4) / 1000)
+
+
 def test_speculative_counters_and_cap() -> None:
     clock = FakeClock()
     spec = SpecSettings("EAGLE3", 2, 1, 3)
