@@ -36,7 +36,7 @@ scaled, same name, written into the study's folder); the study's own prior
 Usage::
 
     python benchmarks/search_efficiency.py [--seeds 20] [--budget 40] [--jobs 2]
-        [--strategies structured,tpe,random,grid] [--cases field/quick,field/full,...]
+        [--strategies structured,tpe,random] [--cases field/quick,field/full,...]
         [--noise-scale 1] [--start-noise-scale 1] [--slots 1] [--confirm]
 
 The truth of a configuration that never starts is 0: its first collective hangs (P2P on a
@@ -55,8 +55,9 @@ and the enqueued hand-tuned field setting; one that never starts is worth 0); ``
 itself costs minutes on a real node).
 
 Strategies: ``structured`` (the default search), ``tpe``, ``random`` and ``grid`` (Optuna's
-samplers through ``study.sampler``). ``grid`` runs on the quickstart space only: the full space
-(2.2 M candidates) is too big to walk, and its rows say so.
+samplers through ``study.sampler``; the default ``--strategies`` leaves ``grid`` out). ``grid``
+runs on the quickstart space only: the full space (2.2 M candidates) is too big to walk, and its
+rows say so.
 
 ``--slots N`` runs each study with N trials at once, as the driver does on a Ray cluster
 (:class:`rayspec.testing.SlottedTrials`: simulated trials held about 0.2 s for the server start
