@@ -29,7 +29,9 @@ def test_starts_that_disagree_raise_the_between_noise() -> None:
     groups = {"a": [_start(i, level, 20, 0.005, rng) for i, level in
                     enumerate((96.0, 100.0, 104.0))]}  # fmt: skip
     noise = estimate_noise(groups, prior_between=0.01)
-    assert noise.between > 0.02 and noise.between_df > 3
+    # Two degrees of freedom of repeated starts plus the weak prior's ~0.4 (the old 1 % prior
+    # counted 3 and held the estimate at 2.6 %).
+    assert noise.between > 0.02 and noise.between_df > 2
 
 
 def test_two_starts_beat_one_long_start() -> None:
