@@ -174,9 +174,7 @@ def between_posterior(
         if len(used) < 2:
             continue
         within = _point_within(used, pooled)
-        repeated.append(
-            [(sum(s.logs) / len(s.logs), within**2 / len(s.logs)) for s in used]
-        )
+        repeated.append([(sum(s.logs) / len(s.logs), within**2 / len(s.logs)) for s in used])
     centre = math.log(prior_between)
     logpost = [
         _restricted_loglik(sig, repeated) - 0.5 * ((math.log(sig) - centre) / _PRIOR_LOG_SD) ** 2
