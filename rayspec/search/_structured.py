@@ -15,8 +15,10 @@ the problem says the answer is (the README's *How it searches*):
    the tree can hold, starting near twice the chain's verify width.
 5. **Local refinement** around the best tree: the neighbouring budget, depth and topk.
 6. **Searched flags**: each value once, at the best configuration.
-7. **Confirmation**: the best is re-launched (a fresh server start) and so is any configuration
-   that could still beat it, until the pooled starts separate them or each has ``max_starts``.
+7. **Confirmation**: the pick is re-launched (a fresh server start) and so is any configuration
+   that could still beat it by more than ``band``, until none is likely to (below
+   ``stop_below``: :meth:`StructuredSearch.stop_reason` says the number) or each has
+   ``max_starts``.
 
 The strategy is a pure function of the observations (nothing to save or restore): a resumed
 study, or another driver, proposes exactly what this one would. ``propose`` returns None when

@@ -3,7 +3,6 @@ more than the band, says so with the number, and does not stop while the landsca
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 
@@ -77,7 +76,8 @@ def test_a_rising_landscape_does_not_stop_before_its_top() -> None:
 
 
 def test_a_rival_likely_to_beat_the_pick_by_the_band_keeps_the_search_going() -> None:
-    """Measured once, 3 % above a pick started twice: another restart could move the pick."""
+    """A stopped search, then one rival's start 4 % luckier: another restart could move the
+    pick, so the search goes on."""
     space = SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
     search = StructuredSearch(space, None, token_bytes=1)
     _, observations = _drive(_flat, 1)
@@ -90,4 +90,3 @@ def test_a_rival_likely_to_beat_the_pick_by_the_band_keeps_the_search_going() ->
     again = [o for o in observations if o.trial != rival.trial] + [lucky]
     proposal = search.propose(again)
     assert proposal is not None
-    assert not math.isnan(sum(lucky.runs))
