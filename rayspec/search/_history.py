@@ -49,6 +49,7 @@ FLOOR_CONFIDENCE_ONE_START = 0.999  # ... only with this confidence
 # only once its evidence outweighs its uncertainty, so one lucky start (whose sd carries the
 # whole between-start noise) does not displace a configuration started twice as close.
 PICK_Z = 1.0
+_UNMEASURED = 3.0  # before any repeated start, one start is judged at this many times its sd
 # Contenders: points within this (log) distance of the best mean; their true spread is never
 # assumed below _MIN_CONTENDER_SD, so shrinkage corrects the winner's curse without erasing
 # differences the data show.
@@ -344,12 +345,13 @@ def pick(
     ranked = sorted(complete, key=lambda p: -lower_bound(p))
     best = max(complete, key=lambda p: p.estimate.log_mean)
     chosen, note = ranked[0], ""
+    measured = any(p.estimate.starts >= 2 for p in points.values())  # the start noise
     floors = [p for p in ranked if p.floor]
     floor = max(floors, key=lambda p: p.estimate.log_mean) if floors else None
     if floor is not None and not chosen.floor:
-        chosen = next(p for p in ranked if p.floor or _beats_floor(p, floor))
+        chosen = next(p for p in ranked if p.floor or _beats_floor(p, floor, measured))
     if chosen.key != best.key:
-        if floor is not None and not best.floor and not _beats_floor(best, floor):
+        if floor is not None and not best.floor and not _beats_floor(best, floor, measured):
             confidence = prob_better(best.estimate, floor.estimate)
             why = (
                 f"has one server start and beats {_trials(floor)} with {confidence:.1%} "
@@ -381,11 +383,18 @@ def pick(
     return Pick(chosen, best, note)
 
 
-def _beats_floor(p: Point, floor: Point) -> bool:
+def _beats_floor(p: Point, floor: Point, noise_measured: bool) -> bool:
     """Enough evidence to deploy ``p`` instead of a floor (the baseline, an enqueued one)."""
     confidence = prob_better(p.estimate, floor.estimate)
     if p.estimate.starts >= FLOOR_STARTS:
         return confidence >= FLOOR_CONFIDENCE
+    if not noise_measured:
+        # Nothing was started twice, so the between-start noise is the prior's, which may be
+        # a third of the node's: one start leaves a floor only if it would at 3x the noise.
+        a, b = p.estimate, floor.estimate
+        a = Estimate(a.mean, _UNMEASURED * a.sd, a.starts, a.runs, a.within)
+        b = Estimate(b.mean, _UNMEASURED * b.sd, b.starts, b.runs, b.within)
+        confidence = prob_better(a, b)
     return confidence >= FLOOR_CONFIDENCE_ONE_START
 
 

@@ -7,7 +7,7 @@ runs. Two noises add up (docs/twin-model.md, *Noise*, and real servers alike):
 - between starts of the same configuration (clocks, thermals, placement): invisible inside one
   start, so it is estimated from the configurations that were started more than once, pooled,
   by a random-effects model (:func:`between_posterior`) with a weak prior around
-  ``study.start_noise`` (1 % by default; a factor of 3 either way is one sd) that the repeated
+  ``study.start_noise`` (1 % by default; a factor of 2 either way is one sd) that the repeated
   starts soon outweigh: a node whose starts vary by 3 % is judged at 3 %.
 
 Everything is on the log scale (noise is relative). A point's estimate weights each start's
@@ -42,8 +42,9 @@ __all__ = [
 # A point's within-start variance is shrunk towards the pooled one with this weight (in
 # degrees of freedom).
 _WITHIN_PRIOR_DF = 2.0
-# The between-start sd's prior: log-normal around study.start_noise, one sd a factor of 3; as
-# information it is worth 1 / (2 ln(3)²) ~ 0.4 degrees of freedom of repeated starts.
+# The between-start sd's prior: log-normal around study.start_noise, one sd a factor of 2 (3 %
+# is 1.6 sd out); as information it is worth 1 / (2 ln(2)²) ~ 1 degree of freedom of repeated
+# starts.
 _PRIOR_LOG_SD = math.log(3.0)
 _PRIOR_DF = 1.0 / (2.0 * _PRIOR_LOG_SD**2)
 # The grid the posterior of the between-start sd is computed on (relative sd).
@@ -164,7 +165,7 @@ def between_posterior(
     ``mu_c + b_j + e_j``, with ``b_j ~ N(0, sigma²)`` (the start's offset) and ``e_j ~ N(0,
     within_c² / runs_j)`` (its own run noise). Every configuration started twice or more
     informs ``sigma``, pooled; its level ``mu_c`` is integrated out (flat). The prior on
-    ``sigma`` is log-normal with median ``prior_between`` and a factor of 3 for one sd: weak,
+    ``sigma`` is log-normal with median ``prior_between`` and a factor of 2 for one sd: weak,
     so 3 % is as plausible a priori as 0.33 % and the starts decide.
     """
     pooled = _pooled_within(groups)
@@ -189,8 +190,10 @@ def between_posterior(
 def estimate_noise(groups: Mapping[str, Sequence[Start]], *, prior_between: float = 0.01) -> Noise:
     """Pool the within-start and between-start noise over every measured point.
 
-    The between-start sd is the median of :func:`between_posterior` (``prior_between`` itself
-    while no configuration was started twice); ``between_df`` counts the repeated starts'
+    The between-start sd is ``sqrt(E[sigma²])`` under :func:`between_posterior` (the sd a
+    new start's offset has, sigma integrated out); while no configuration was started twice it
+    is ``prior_between`` itself, and the pick does not leave a floor on one start
+    (:func:`~rayspec.search.pick`). ``between_df`` counts the repeated starts'
     degrees of freedom plus the prior's worth (about half of one).
 
     Args:
@@ -206,15 +209,10 @@ def estimate_noise(groups: Mapping[str, Sequence[Start]], *, prior_between: floa
     if df == 0:  # nothing started twice: the prior's median
         return Noise(within=pooled, between=prior_between, between_df=_PRIOR_DF)
     posterior = between_posterior(groups, prior_between=prior_between)
-    cumulative, between = 0.0, posterior[-1][0]
-    for i, (sig, prob) in enumerate(posterior):
-        if cumulative + prob >= 0.5:
-            # Interpolate on the log grid inside the cell that crosses the median.
-            lo = posterior[i - 1][0] if i > 0 else sig
-            frac = (0.5 - cumulative) / prob
-            between = math.exp(math.log(lo) + frac * (math.log(sig) - math.log(lo)))
-            break
-        cumulative += prob
+    # The predictive sd of the next start's offset, sigma integrated out: sqrt(E[sigma²]).
+    # With few repeated starts the posterior is wide and this is above its median, which is
+    # what a decision on one lucky start must reckon with.
+    between = math.sqrt(sum(prob * sig * sig for sig, prob in posterior))
     return Noise(within=pooled, between=between, between_df=df + _PRIOR_DF)
 
 
