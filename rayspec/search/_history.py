@@ -321,6 +321,7 @@ def pick(
     *,
     cheaper_margin: float = 0.0,
     cost: Mapping[str, tuple[int, int]] | None = None,
+    noise: Noise | None = None,
 ) -> Pick | None:
     """The configuration to deploy: the best lower bound, guarded by the floors.
 
@@ -334,7 +335,9 @@ def pick(
     start must not displace a known setting), or ``>= 0.999`` on one start; the pick is the
     best such point, or the floor. With ``cheaper_margin > 0`` (an explicit request), the
     cheapest point (``cost``: fewer draft tokens, then fewer steps) whose mean is within that
-    fraction of the chosen one is chosen instead.
+    fraction of the chosen one is chosen instead. ``noise`` (the evidence's): the floor guard
+    widens both posteriors by ``noise.floor_inflation`` (the predictive between-start sd over
+    the median one), so a lead resting on an uncertain noise estimate does not leave a floor.
 
     Only points with at least one complete start compete (a pruned start is evidence
     against a point, never enough for it).
@@ -346,13 +349,14 @@ def pick(
     best = max(complete, key=lambda p: p.estimate.log_mean)
     chosen, note = ranked[0], ""
     measured = any(p.estimate.starts >= 2 for p in points.values())  # the start noise
+    widen = noise.floor_inflation if noise is not None else 1.0
     floors = [p for p in ranked if p.floor]
     floor = max(floors, key=lambda p: p.estimate.log_mean) if floors else None
     if floor is not None and not chosen.floor:
-        chosen = next(p for p in ranked if p.floor or _beats_floor(p, floor, measured))
+        chosen = next(p for p in ranked if p.floor or _beats_floor(p, floor, measured, widen))
     if chosen.key != best.key:
-        if floor is not None and not best.floor and not _beats_floor(best, floor, measured):
-            confidence = prob_better(best.estimate, floor.estimate)
+        if floor is not None and not best.floor and not _beats_floor(best, floor, measured, widen):
+            confidence = _floor_confidence(best, floor, widen)
             why = (
                 f"has one server start and beats {_trials(floor)} with {confidence:.1%} "
                 f"confidence (needs {FLOOR_CONFIDENCE_ONE_START:.1%}, or a second start)"
@@ -383,19 +387,22 @@ def pick(
     return Pick(chosen, best, note)
 
 
-def _beats_floor(p: Point, floor: Point, noise_measured: bool) -> bool:
+def _floor_confidence(p: Point, floor: Point, widen: float) -> float:
+    """P(``p`` beats ``floor``), both posteriors ``widen`` times wider."""
+    a, b = p.estimate, floor.estimate
+    a = Estimate(a.mean, widen * a.sd, a.starts, a.runs, a.within)
+    b = Estimate(b.mean, widen * b.sd, b.starts, b.runs, b.within)
+    return prob_better(a, b)
+
+
+def _beats_floor(p: Point, floor: Point, noise_measured: bool, widen: float = 1.0) -> bool:
     """Enough evidence to deploy ``p`` instead of a floor (the baseline, an enqueued one)."""
-    confidence = prob_better(p.estimate, floor.estimate)
     if p.estimate.starts >= FLOOR_STARTS:
-        return confidence >= FLOOR_CONFIDENCE
-    if not noise_measured:
-        # Nothing was started twice, so the between-start noise is the prior's, which may be
-        # a third of the node's: one start leaves a floor only if it would at 3x the noise.
-        a, b = p.estimate, floor.estimate
-        a = Estimate(a.mean, _UNMEASURED * a.sd, a.starts, a.runs, a.within)
-        b = Estimate(b.mean, _UNMEASURED * b.sd, b.starts, b.runs, b.within)
-        confidence = prob_better(a, b)
-    return confidence >= FLOOR_CONFIDENCE_ONE_START
+        return _floor_confidence(p, floor, widen) >= FLOOR_CONFIDENCE
+    # Nothing started twice: the between-start noise is the prior's, which may be a third of
+    # the node's, so one start leaves a floor only if it would at 3x the noise.
+    widen = widen if noise_measured else _UNMEASURED
+    return _floor_confidence(p, floor, widen) >= FLOOR_CONFIDENCE_ONE_START
 
 
 def _trials(p: Point) -> str:

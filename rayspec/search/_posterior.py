@@ -72,11 +72,19 @@ class Noise:
         within: pooled relative sd of one run inside a start.
         between: relative sd of a start's level around the configuration's true mean.
         between_df: how many degrees of freedom back ``between`` (the prior's included).
+        between_safe: the predictive between-start sd (sigma integrated out: above
+            ``between`` while few starts were repeated); the floor guard's.
     """
 
     within: float
     between: float
     between_df: float
+    between_safe: float = 0.0
+
+    @property
+    def floor_inflation(self) -> float:
+        """How much wider the floor guard takes a posterior than the ranking does."""
+        return max(1.0, self.between_safe / self.between) if self.between > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -190,11 +198,11 @@ def between_posterior(
 def estimate_noise(groups: Mapping[str, Sequence[Start]], *, prior_between: float = 0.01) -> Noise:
     """Pool the within-start and between-start noise over every measured point.
 
-    The between-start sd is ``sqrt(E[sigma²])`` under :func:`between_posterior` (the sd a
-    new start's offset has, sigma integrated out); while no configuration was started twice it
-    is ``prior_between`` itself, and the pick does not leave a floor on one start
-    (:func:`~rayspec.search.pick`). ``between_df`` counts the repeated starts'
-    degrees of freedom plus the prior's worth (about half of one).
+    The between-start sd is the median of :func:`between_posterior`, and ``between_safe`` its
+    predictive ``sqrt(E[sigma²])`` (the sd a new start's offset has, sigma integrated out),
+    which the pick's floor guard uses; while no configuration was started twice both are
+    ``prior_between`` (the guard then judges one start at 3x its sd). ``between_df`` counts
+    the repeated starts' degrees of freedom plus the prior's worth (about half of one).
 
     Args:
         groups: each point's starts.
@@ -207,13 +215,21 @@ def estimate_noise(groups: Mapping[str, Sequence[Start]], *, prior_between: floa
         if len([s for s in starts if s.logs]) >= 2
     )
     if df == 0:  # nothing started twice: the prior's median
-        return Noise(within=pooled, between=prior_between, between_df=_PRIOR_DF)
+        return Noise(pooled, prior_between, _PRIOR_DF, prior_between)
     posterior = between_posterior(groups, prior_between=prior_between)
+    cumulative, between = 0.0, posterior[-1][0]
+    for i, (sig, prob) in enumerate(posterior):
+        if cumulative + prob >= 0.5:  # the median, interpolated on the log grid
+            lo = posterior[i - 1][0] if i > 0 else sig
+            frac = (0.5 - cumulative) / prob
+            between = math.exp(math.log(lo) + frac * (math.log(sig) - math.log(lo)))
+            break
+        cumulative += prob
     # The predictive sd of the next start's offset, sigma integrated out: sqrt(E[sigma²]).
-    # With few repeated starts the posterior is wide and this is above its median, which is
-    # what a decision on one lucky start must reckon with.
-    between = math.sqrt(sum(prob * sig * sig for sig, prob in posterior))
-    return Noise(within=pooled, between=between, between_df=df + _PRIOR_DF)
+    # With few repeated starts the posterior is wide and this is well above its median: what
+    # a decision that must not be wrong (leaving a floor) reckons with.
+    safe = math.sqrt(sum(prob * sig * sig for sig, prob in posterior))
+    return Noise(pooled, between, df + _PRIOR_DF, max(safe, between))
 
 
 def estimate(starts: Sequence[Start], noise: Noise) -> Estimate | None:

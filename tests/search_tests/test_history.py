@@ -40,14 +40,23 @@ def test_one_start_does_not_displace_an_enqueued_floor_a_second_does() -> None:
     assert choice is not None
     assert choice.point.candidate == FLOOR and choice.best.candidate == TREE
     assert "one server start" in choice.note
-    # A second start of each: two agreeing starts alone leave the between-start noise uncertain
-    # (one degree of freedom: its predictive sd is 1.9 %, and 98.4 vs 95 is 94 % sure); a
-    # second start of the floor measures it (1.2 %) and settles the duel.
     choice = pick(weigh([*obs, _obs(3, TREE, 98.5)]).points)
-    assert choice is not None and choice.point.candidate == FLOOR
-    choice = pick(weigh([*obs, _obs(3, TREE, 98.5), _obs(4, FLOOR, 95.2, role="enqueued[0]")]
-                        ).points)  # fmt: skip
     assert choice is not None and choice.point.candidate == TREE and choice.note == ""
+
+
+def test_the_floor_guard_reckons_with_an_uncertain_noise_estimate() -> None:
+    """One pair of agreeing starts measures the between-start noise on one degree of freedom:
+    its predictive sd (1.9 %) is well above its median, and the floor guard uses it, so the
+    floor holds until it is started again too."""
+    obs = [_obs(0, BASELINE, 63.0, role="baseline"), _obs(1, FLOOR, 95.0, role="enqueued[0]"),
+           _obs(2, TREE, 98.0), _obs(3, TREE, 98.5)]  # fmt: skip
+    evidence = weigh(obs)
+    assert evidence.noise.floor_inflation > 1.2
+    choice = pick(evidence.points, noise=evidence.noise)
+    assert choice is not None and choice.point.candidate == FLOOR
+    evidence = weigh([*obs, _obs(4, FLOOR, 95.2, role="enqueued[0]")])
+    choice = pick(evidence.points, noise=evidence.noise)
+    assert choice is not None and choice.point.candidate == TREE
 
 
 def test_overwhelming_evidence_leaves_the_floor_on_one_start() -> None:
