@@ -167,7 +167,7 @@ def build_report(
     }  # fmt: skip
     complete = {k: p for k, p in evidence.points.items() if p.complete and k not in unchecked}
     cost = {k: cost_key(p.candidate) for k, p in complete.items()}
-    choice = pick(complete, cheaper_margin=margin, cost=cost, noise=evidence.noise)
+    choice = pick(complete, cheaper_margin=margin, cost=cost)
     ranked = sorted(rows.values(), key=lambda r: (-r.tok_s_mean, r.trial))
     per_scenario = []
     for i, sc in enumerate(scenarios):

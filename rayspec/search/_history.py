@@ -321,7 +321,6 @@ def pick(
     *,
     cheaper_margin: float = 0.0,
     cost: Mapping[str, tuple[int, int]] | None = None,
-    noise: Noise | None = None,
 ) -> Pick | None:
     """The configuration to deploy: the best lower bound, guarded by the floors.
 
@@ -335,9 +334,8 @@ def pick(
     start must not displace a known setting), or ``>= 0.999`` on one start; the pick is the
     best such point, or the floor. With ``cheaper_margin > 0`` (an explicit request), the
     cheapest point (``cost``: fewer draft tokens, then fewer steps) whose mean is within that
-    fraction of the chosen one is chosen instead. ``noise`` (the evidence's): the floor guard
-    widens both posteriors by ``noise.floor_inflation`` (the predictive between-start sd over
-    the median one), so a lead resting on an uncertain noise estimate does not leave a floor.
+    fraction of the chosen one is chosen instead. Before any configuration was started twice
+    the between-start noise is the prior's, so one start is judged at 3x its sd.
 
     Only points with at least one complete start compete (a pruned start is evidence
     against a point, never enough for it).
@@ -349,7 +347,7 @@ def pick(
     best = max(complete, key=lambda p: p.estimate.log_mean)
     chosen, note = ranked[0], ""
     measured = any(p.estimate.starts >= 2 for p in points.values())  # the start noise
-    widen = noise.floor_inflation if noise is not None else 1.0
+    widen = 1.0
     floors = [p for p in ranked if p.floor]
     floor = max(floors, key=lambda p: p.estimate.log_mean) if floors else None
     if floor is not None and not chosen.floor:

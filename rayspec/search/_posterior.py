@@ -73,18 +73,13 @@ class Noise:
         between: relative sd of a start's level around the configuration's true mean.
         between_df: how many degrees of freedom back ``between`` (the prior's included).
         between_safe: the predictive between-start sd (sigma integrated out: above
-            ``between`` while few starts were repeated); the floor guard's.
+            ``between`` while few starts were repeated).
     """
 
     within: float
     between: float
     between_df: float
     between_safe: float = 0.0
-
-    @property
-    def floor_inflation(self) -> float:
-        """How much wider the floor guard takes a posterior than the ranking does."""
-        return max(1.0, self.between_safe / self.between) if self.between > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -199,9 +194,9 @@ def estimate_noise(groups: Mapping[str, Sequence[Start]], *, prior_between: floa
     """Pool the within-start and between-start noise over every measured point.
 
     The between-start sd is the median of :func:`between_posterior`, and ``between_safe`` its
-    predictive ``sqrt(E[sigma²])`` (the sd a new start's offset has, sigma integrated out),
-    which the pick's floor guard uses; while no configuration was started twice both are
-    ``prior_between`` (the guard then judges one start at 3x its sd). ``between_df`` counts
+    predictive ``sqrt(E[sigma²])`` (the sd a new start's offset has, sigma integrated out);
+    while no configuration was started twice both are ``prior_between`` (and the pick's floor
+    guard judges one start at 3x its sd). ``between_df`` counts
     the repeated starts' degrees of freedom plus the prior's worth (about half of one).
 
     Args:
@@ -226,8 +221,8 @@ def estimate_noise(groups: Mapping[str, Sequence[Start]], *, prior_between: floa
             break
         cumulative += prob
     # The predictive sd of the next start's offset, sigma integrated out: sqrt(E[sigma²]).
-    # With few repeated starts the posterior is wide and this is well above its median: what
-    # a decision that must not be wrong (leaving a floor) reckons with.
+    # With few repeated starts the posterior is wide and this is well above its median (used
+    # throughout, it cost a restart to 1 % on the field profile: not used by the pick).
     safe = math.sqrt(sum(prob * sig * sig for sig, prob in posterior))
     return Noise(pooled, between, df + _PRIOR_DF, max(safe, between))
 

@@ -349,7 +349,7 @@ class StructuredSearch(Strategy):
 
     def _settle(self, view: _View) -> Proposal | None:
         """A better mean held back by a floor for want of a second start gets it at once."""
-        choice = pick(view.points, noise=view.noise)
+        choice = pick(view.points)
         if choice is None or choice.point.key == choice.best.key:
             return None
         best = choice.best
@@ -490,7 +490,7 @@ class StructuredSearch(Strategy):
         started twice.
         """
         inc = self._incumbent(view)
-        choice = pick(view.points, noise=view.noise)
+        choice = pick(view.points)
         if inc is None or choice is None:
             return None
         if choice.point.key != inc.key:
@@ -562,7 +562,7 @@ class StructuredSearch(Strategy):
     def stop_reason(self, observations: Sequence[Observation]) -> str:
         """Why the search is done, with the number it stopped on."""
         view = self._view(observations, ())
-        choice = pick(view.points, noise=view.noise)
+        choice = pick(view.points)
         if choice is None:
             return "converged: no configuration left that could be measured"
         rivals = self._rivals(view, choice.point)

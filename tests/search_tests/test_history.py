@@ -44,19 +44,15 @@ def test_one_start_does_not_displace_an_enqueued_floor_a_second_does() -> None:
     assert choice is not None and choice.point.candidate == TREE and choice.note == ""
 
 
-def test_the_floor_guard_reckons_with_an_uncertain_noise_estimate() -> None:
-    """One pair of agreeing starts measures the between-start noise on one degree of freedom:
-    its predictive sd (1.9 %) is well above its median, and the floor guard uses it, so the
-    floor holds until it is started again too."""
-    obs = [_obs(0, BASELINE, 63.0, role="baseline"), _obs(1, FLOOR, 95.0, role="enqueued[0]"),
-           _obs(2, TREE, 98.0), _obs(3, TREE, 98.5)]  # fmt: skip
-    evidence = weigh(obs)
-    assert evidence.noise.floor_inflation > 1.2
-    choice = pick(evidence.points, noise=evidence.noise)
+def test_before_any_repeated_start_a_lucky_first_start_does_not_leave_the_floor() -> None:
+    """10 % above the floor on one start, nothing started twice: at the prior's 1 % that is
+    99.99 % sure, but the node's starts may vary by 3 % (field3x seed 8 picked a chain truly
+    below the floor this way)."""
+    obs = [_obs(0, BASELINE, 63.0, role="baseline"), _obs(1, FLOOR, 94.0, role="enqueued[0]"),
+           _obs(2, TREE, 103.4)]  # fmt: skip
+    choice = pick(weigh(obs).points)
     assert choice is not None and choice.point.candidate == FLOOR
-    evidence = weigh([*obs, _obs(4, FLOOR, 95.2, role="enqueued[0]")])
-    choice = pick(evidence.points, noise=evidence.noise)
-    assert choice is not None and choice.point.candidate == TREE
+    assert "one server start" in choice.note
 
 
 def test_overwhelming_evidence_leaves_the_floor_on_one_start() -> None:
