@@ -72,14 +72,11 @@ class Noise:
         within: pooled relative sd of one run inside a start.
         between: relative sd of a start's level around the configuration's true mean.
         between_df: how many degrees of freedom back ``between`` (the prior's included).
-        between_safe: the predictive between-start sd (sigma integrated out: above
-            ``between`` while few starts were repeated).
     """
 
     within: float
     between: float
     between_df: float
-    between_safe: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -193,10 +190,11 @@ def between_posterior(
 def estimate_noise(groups: Mapping[str, Sequence[Start]], *, prior_between: float = 0.01) -> Noise:
     """Pool the within-start and between-start noise over every measured point.
 
-    The between-start sd is the median of :func:`between_posterior`, and ``between_safe`` its
-    predictive ``sqrt(E[sigma²])`` (the sd a new start's offset has, sigma integrated out);
-    while no configuration was started twice both are ``prior_between`` (and the pick's floor
-    guard judges one start at 3x its sd). ``between_df`` counts
+    The between-start sd is the median of :func:`between_posterior`; while no configuration
+    was started twice it is ``prior_between`` (and the pick's floor guard judges one start at
+    3x its sd). The predictive ``sqrt(E[sigma²])`` was tried in its place: above the median
+    with few repeats, it cost the field profile a restart to 1 % and three to stop.
+    ``between_df`` counts
     the repeated starts' degrees of freedom plus the prior's worth (about half of one).
 
     Args:
@@ -210,7 +208,7 @@ def estimate_noise(groups: Mapping[str, Sequence[Start]], *, prior_between: floa
         if len([s for s in starts if s.logs]) >= 2
     )
     if df == 0:  # nothing started twice: the prior's median
-        return Noise(pooled, prior_between, _PRIOR_DF, prior_between)
+        return Noise(pooled, prior_between, _PRIOR_DF)
     posterior = between_posterior(groups, prior_between=prior_between)
     cumulative, between = 0.0, posterior[-1][0]
     for i, (sig, prob) in enumerate(posterior):
@@ -220,11 +218,7 @@ def estimate_noise(groups: Mapping[str, Sequence[Start]], *, prior_between: floa
             between = math.exp(math.log(lo) + frac * (math.log(sig) - math.log(lo)))
             break
         cumulative += prob
-    # The predictive sd of the next start's offset, sigma integrated out: sqrt(E[sigma²]).
-    # With few repeated starts the posterior is wide and this is well above its median (used
-    # throughout, it cost a restart to 1 % on the field profile: not used by the pick).
-    safe = math.sqrt(sum(prob * sig * sig for sig, prob in posterior))
-    return Noise(pooled, between, df + _PRIOR_DF, max(safe, between))
+    return Noise(pooled, between, df + _PRIOR_DF)
 
 
 def estimate(starts: Sequence[Start], noise: Noise) -> Estimate | None:
