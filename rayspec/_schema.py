@@ -94,11 +94,13 @@ class StudyConfig:
     prune_min_runs: int = 1
     # Significance level of the comparisons against the baseline and the incumbent.
     alpha: float = 0.05
-    # 0: the pick is the best posterior mean. Above 0 (an explicit cost objective): the
-    # cheapest configuration (fewer draft tokens, then fewer steps) within this fraction of it.
+    # 0: the pick is the best lower bound (posterior mean - 1 sd). Above 0 (an explicit cost
+    # objective): the cheapest configuration (fewer draft tokens, then fewer steps) within this
+    # fraction of it.
     pick_margin: float = 0.0
-    # Relative sd of a configuration's throughput between server starts, assumed until
-    # configurations started more than once measure it (clocks, thermals, placement).
+    # Relative sd of a configuration's throughput between server starts (clocks, thermals,
+    # placement): the median of a weak prior (a factor of 3 is one sd) that the configurations
+    # started more than once update.
     start_noise: float = 0.01
     # The accept length your drafter is known to give (e.g. its best chain's): a trial far below
     # it is flagged (a drafter wired to the wrong layers). Empty: judged by the best chain.

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import TrialState
 from rayspec.search._posterior import Estimate
@@ -28,13 +29,27 @@ from rayspec.search._space import canonical_key
 from rayspec.search._surface import Surface
 from rayspec.search._surface import spec_features
 
-__all__ = ["Equivalence", "Evidence", "Observation", "Pick", "Point", "pick", "weigh"]
+__all__ = [
+    "Equivalence",
+    "Evidence",
+    "Observation",
+    "Pick",
+    "Point",
+    "lower_bound",
+    "pick",
+    "weigh",
+]
 
 # The pick leaves a floor (the baseline, an enqueued configuration) only with this confidence
 # that the new configuration is faster: a hand-tuned setting is a floor, not a ceiling.
-FLOOR_CONFIDENCE = 0.99
+FLOOR_CONFIDENCE = 0.975
 FLOOR_STARTS = 2  # ... for a configuration started at least this often; started fewer times,
 FLOOR_CONFIDENCE_ONE_START = 0.999  # ... only with this confidence
+# The pick ranks configurations by a lower bound, mean - PICK_Z sd (log scale): a rival leads
+# only once its evidence outweighs its uncertainty, so one lucky start (whose sd carries the
+# whole between-start noise) does not displace a configuration started twice as close.
+PICK_Z = 1.0
+_UNMEASURED = 3.0  # before any repeated start, one start is judged at this many times its sd
 # Contenders: points within this (log) distance of the best mean; their true spread is never
 # assumed below _MIN_CONTENDER_SD, so shrinkage corrects the winner's curse without erasing
 # differences the data show.
@@ -296,47 +311,67 @@ class Pick:
     note: str = ""
 
 
+def lower_bound(p: Point) -> float:
+    """The log lower bound the pick ranks by: posterior log mean - ``PICK_Z`` sd."""
+    return p.estimate.log_mean - PICK_Z * p.estimate.sd
+
+
 def pick(
     points: Mapping[str, Point],
     *,
     cheaper_margin: float = 0.0,
     cost: Mapping[str, tuple[int, int]] | None = None,
 ) -> Pick | None:
-    """The configuration to deploy: the best posterior mean, guarded by the floors.
+    """The configuration to deploy: the best lower bound, guarded by the floors.
+
+    Configurations rank by ``log mean - PICK_Z x sd`` (:func:`lower_bound`), so the pick moves
+    to a rival only when the rival's lead exceeds what its extra uncertainty allows: a single
+    start, which carries the whole between-start noise, rarely displaces a configuration
+    started twice until it is started again. ``best`` stays the best posterior mean.
 
     A floor is the baseline or a configuration the user enqueued. A point replaces the best
-    floor only with ``P(point > floor) >= 0.99`` and at least two server starts (one lucky
+    floor only with ``P(point > floor) >= 0.975`` and at least two server starts (one lucky
     start must not displace a known setting), or ``>= 0.999`` on one start; the pick is the
     best such point, or the floor. With ``cheaper_margin > 0`` (an explicit request), the
     cheapest point (``cost``: fewer draft tokens, then fewer steps) whose mean is within that
-    fraction of the chosen one is chosen instead.
+    fraction of the chosen one is chosen instead. Before any configuration was started twice
+    the between-start noise is the prior's, so one start is judged at 3x its sd.
 
     Only points with at least one complete start compete (a pruned start is evidence
     against a point, never enough for it).
     """
-    ranked = sorted((p for p in points.values() if p.complete), key=lambda p: -p.estimate.log_mean)
-    if not ranked:
+    complete = [p for p in points.values() if p.complete]
+    if not complete:
         return None
-    best = ranked[0]
-    chosen, note = best, ""
+    ranked = sorted(complete, key=lambda p: -lower_bound(p))
+    best = max(complete, key=lambda p: p.estimate.log_mean)
+    chosen, note = ranked[0], ""
+    measured = any(p.estimate.starts >= 2 for p in points.values())  # the start noise
+    widen = 1.0
     floors = [p for p in ranked if p.floor]
-    if floors and not best.floor:
-        floor = floors[0]
-        eligible = [p for p in ranked if p.floor or _beats_floor(p, floor)]
-        chosen = eligible[0]
-        if chosen.key != best.key:
-            confidence = prob_better(best.estimate, floor.estimate)
+    floor = max(floors, key=lambda p: p.estimate.log_mean) if floors else None
+    if floor is not None and not chosen.floor:
+        chosen = next(p for p in ranked if p.floor or _beats_floor(p, floor, measured, widen))
+    if chosen.key != best.key:
+        if floor is not None and not best.floor and not _beats_floor(best, floor, measured, widen):
+            confidence = _floor_confidence(best, floor, widen)
             why = (
                 f"has one server start and beats {_trials(floor)} with {confidence:.1%} "
                 f"confidence (needs {FLOOR_CONFIDENCE_ONE_START:.1%}, or a second start)"
                 if best.estimate.starts < FLOOR_STARTS
                 else f"beats {_trials(floor)} with only {confidence:.1%} confidence "
-                f"(needs {FLOOR_CONFIDENCE:.0%})"
+                f"(needs {FLOOR_CONFIDENCE:.1%})"
             )
-            note = (
-                f"picked {_trials(chosen)}: the best mean ({_trials(best)}, "
-                f"{best.estimate.mean:.1f}) {why}"
+        else:
+            why = (
+                f"is less sure on {plural(best.estimate.starts, 'start')} (mean - "
+                f"{PICK_Z:g} sd: {math.exp(lower_bound(best)):.1f} against "
+                f"{math.exp(lower_bound(chosen)):.1f})"
             )
+        note = (
+            f"picked {_trials(chosen)}: the best mean ({_trials(best)}, "
+            f"{best.estimate.mean:.1f}) {why}"
+        )
     if cheaper_margin > 0 and cost is not None:
         limit = chosen.estimate.log_mean + math.log1p(-cheaper_margin)
         within = [p for p in ranked if p.estimate.log_mean >= limit]
@@ -350,12 +385,22 @@ def pick(
     return Pick(chosen, best, note)
 
 
-def _beats_floor(p: Point, floor: Point) -> bool:
+def _floor_confidence(p: Point, floor: Point, widen: float) -> float:
+    """P(``p`` beats ``floor``), both posteriors ``widen`` times wider."""
+    a, b = p.estimate, floor.estimate
+    a = Estimate(a.mean, widen * a.sd, a.starts, a.runs, a.within)
+    b = Estimate(b.mean, widen * b.sd, b.starts, b.runs, b.within)
+    return prob_better(a, b)
+
+
+def _beats_floor(p: Point, floor: Point, noise_measured: bool, widen: float = 1.0) -> bool:
     """Enough evidence to deploy ``p`` instead of a floor (the baseline, an enqueued one)."""
-    confidence = prob_better(p.estimate, floor.estimate)
     if p.estimate.starts >= FLOOR_STARTS:
-        return confidence >= FLOOR_CONFIDENCE
-    return confidence >= FLOOR_CONFIDENCE_ONE_START
+        return _floor_confidence(p, floor, widen) >= FLOOR_CONFIDENCE
+    # Nothing started twice: the between-start noise is the prior's, which may be a third of
+    # the node's, so one start leaves a floor only if it would at 3x the noise.
+    widen = widen if noise_measured else _UNMEASURED
+    return _floor_confidence(p, floor, widen) >= FLOOR_CONFIDENCE_ONE_START
 
 
 def _trials(p: Point) -> str:

@@ -15,8 +15,10 @@ the problem says the answer is (the README's *How it searches*):
    the tree can hold, starting near twice the chain's verify width.
 5. **Local refinement** around the best tree: the neighbouring budget, depth and topk.
 6. **Searched flags**: each value once, at the best configuration.
-7. **Confirmation**: the best is re-launched (a fresh server start) and so is any configuration
-   that could still beat it, until the pooled starts separate them or each has ``max_starts``.
+7. **Confirmation**: the pick is re-launched (a fresh server start) and so is any configuration
+   that could still beat it by more than ``band``, until none is likely to (below
+   ``stop_below``: :meth:`StructuredSearch.stop_reason` says the number) or each has
+   ``max_starts``.
 
 The strategy is a pure function of the observations (nothing to save or restore): a resumed
 study, or another driver, proposes exactly what this one would. ``propose`` returns None when
@@ -82,6 +84,9 @@ NCCL_FAILURES = ("nccl_init", "nccl_first_collective", "wrong_output")
 _MAX_NODES_LOST = 2
 _PREFERRED_TOPK = 4
 _EXPLORE_AROUND = 3  # unmeasured neighbours of this many best configurations are candidates
+# An unmeasured neighbour no surface predicts is taken as its measured neighbour's level with
+# this much more (relative) uncertainty: one step on an axis moves throughput by a few %.
+_NEIGHBOUR_SD = 0.03
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,16 @@ class Proposal:
     candidate: Candidate
     reason: str
     repeat_of: int | None = None
+
+
+@dataclass(frozen=True)
+class _Rival:
+    """A restart the search could spend: its chance to beat the pick by more than the band."""
+
+    risk: float
+    proposal: Proposal
+    point: Point | None  # the measured configuration; None for an unmeasured neighbour
+    what: str
 
 
 @dataclass(frozen=True)
@@ -127,8 +142,10 @@ class StructuredSearch(Strategy):
         max_starts: at most this many starts of one configuration.
         confident: how sure a ladder must be that a neighbour is worse to stop there (an
             uncertain drop is looked past once).
-        contend: a configuration whose chance of beating the best is at least this is
-            re-launched before the study calls the best.
+        band: the gain that matters (relative): a rival counts by its chance to beat the pick
+            by more than this.
+        stop_below: the search is done once no rival beats the pick by more than ``band``
+            with at least this probability (and the pick was started twice).
         loads: how many loads (distinct concurrencies) the study measures; with several, no
             speculation is measured in full (the adaptive tiers need it at every load).
     """
@@ -143,7 +160,8 @@ class StructuredSearch(Strategy):
         start_noise: float = 0.01,
         max_starts: int = 3,
         confident: float = 0.75,
-        contend: float = 0.2,
+        band: float = 0.01,
+        stop_below: float = 0.2,
         loads: int = 1,
     ) -> None:
         self.space = space
@@ -153,7 +171,8 @@ class StructuredSearch(Strategy):
         self.start_noise = start_noise
         self.max_starts = max_starts
         self.confident = confident
-        self.contend = contend
+        self.band = band
+        self.stop_below = stop_below
         self.loads = loads
         algos = [m for m in space.modes if m != SPEC_OFF and not is_adaptive(m)]
         self.algorithm = algos[0] if algos else None
@@ -178,7 +197,7 @@ class StructuredSearch(Strategy):
         if proposal is None:
             if running:
                 return Wait()
-            return Wait(done="converged: no configuration left that could beat the pick")
+            return Wait(done=self.stop_reason(observations))
         return study.ask(proposal.candidate, reason=proposal.reason, repeat_of=proposal.repeat_of)
 
     def measured_in_full(self, candidate: Candidate) -> bool:
@@ -458,36 +477,62 @@ class StructuredSearch(Strategy):
         )
 
     def _improve(self, view: _View) -> Proposal | None:
-        """Around the top: measure what is most likely to beat the best, measured or not.
+        """Around the top: measure what is most likely to beat the pick by more than the band.
 
         The candidates are the measured configurations (a re-launch pools another start) and
         the unmeasured neighbours of the best few speculative ones (predicted by the fitted
-        surface). The one most likely to beat the best is launched; when that is a measured
-        rival, the one of the two with fewer starts goes first. A floor (baseline, enqueued)
-        holding the pick against a better mean is settled the same way. Nothing likely enough
-        left (below ``contend``) and the best started twice: the search is done.
+        surface, else by the point they neighbour with ``_NEIGHBOUR_SD`` more uncertainty).
+        The one most likely to beat the pick by more than ``band`` is launched; when that is a
+        measured rival, the one of the two with fewer starts goes first. A floor (baseline,
+        enqueued) or a surer configuration holding the pick against a better mean is settled
+        the same way. The search is done (:meth:`stop_reason`) once no candidate beats the
+        pick by more than ``band`` with probability ``stop_below`` or more, and the pick was
+        started twice.
         """
         inc = self._incumbent(view)
-        if inc is None:
-            return None
         choice = pick(view.points)
-        if choice is not None and choice.point.key != inc.key:
-            # A floor holds the pick against a better mean: more starts of the two settle it.
+        if inc is None or choice is None:
+            return None
+        if choice.point.key != inc.key:
+            # The pick holds against a better mean: more starts of the two settle it.
+            # Against a floor, one start more each: at 3 % start noise, three starts a side
+            # cannot show a 5 % lead with the floor's confidence.
+            cap = self.max_starts + (1 if choice.point.floor else 0)
             for p in sorted((choice.point, inc), key=lambda p: p.estimate.starts):
-                if p.estimate.starts < self.max_starts and p.key not in view.busy:
+                if p.estimate.starts < cap and p.key not in view.busy:
                     return Proposal(
                         p.candidate, f"settle the best against trial {choice.point.trials[0]}",
                         repeat_of=p.trials[0],
                     )  # fmt: skip
-        options: list[tuple[float, Proposal, Point | None]] = []
+        ref = choice.point
+        options = self._rivals(view, ref)
+        best = max(options, key=lambda r: r.risk, default=None)
+        if best is not None and best.risk >= self.stop_below:
+            rival = best.point
+            if rival is not None and ref.estimate.starts <= rival.estimate.starts:
+                if ref.key not in view.busy and ref.estimate.starts < self.max_starts:
+                    return Proposal(ref.candidate, f"confirm the best (trial {ref.trials[0]})",
+                                    repeat_of=ref.trials[0])  # fmt: skip
+            return best.proposal
+        if ref.estimate.starts < 2 and ref.key not in view.busy:
+            return Proposal(ref.candidate, f"confirm the best (trial {ref.trials[0]})",
+                            repeat_of=ref.trials[0])  # fmt: skip
+        return None
+
+    def _rivals(self, view: _View, ref: Point) -> list[_Rival]:
+        """What another restart could spend itself on, each with its chance to beat ``ref``
+        (the pick) by more than ``band``: the measured configurations below ``max_starts``
+        and the unmeasured neighbours of the best few speculative ones."""
+        out: list[_Rival] = []
         for p in view.points.values():
             # A pruned start is evidence, not a verdict: a point with only pruned starts may
-            # still be started again if it could beat the best.
-            if p.key == inc.key or p.key in view.busy or p.estimate.starts >= self.max_starts:
+            # still be started again if it could beat the pick.
+            if p.key == ref.key or p.key in view.busy or p.estimate.starts >= self.max_starts:
                 continue
             proposal = Proposal(p.candidate, f"re-measure a contender (trial {p.trials[0]})",
                                 repeat_of=p.trials[0])  # fmt: skip
-            options.append((prob_better(p.estimate, inc.estimate), proposal, p))
+            risk = prob_better(p.estimate, ref.estimate, margin=self.band)
+            out.append(_Rival(risk, proposal, p, f"trial {p.trials[0]}"))
         specs = [p for p in view.points.values() if p.candidate.spec is not None and p.complete]
         specs.sort(key=lambda p: -p.estimate.log_mean)
         seen: set[str] = set()
@@ -500,26 +545,37 @@ class StructuredSearch(Strategy):
                     continue
                 seen.add(key)
                 predicted = view.evidence.predict(cand)
-                prob = 0.5 if predicted is None else prob_better(predicted, inc.estimate)
+                if predicted is None:  # no surface there: like its neighbour, less sure
+                    e = p.estimate
+                    predicted = Estimate(e.mean, math.hypot(e.sd, _NEIGHBOUR_SD), 0, 0, e.within)
                 what = (
                     f"{plural(nb.num_steps, 'step')}, topk {nb.eagle_topk}, "
                     f"{plural(nb.num_draft_tokens, 'token')}"
                 )
                 what += "" if nb.overlap else ", overlap off"
                 what = nb.label() if nb.adaptive else what
-                options.append((prob, Proposal(cand, f"explore next to the best: {what}"), None))
-        best = max(options, key=lambda t: t[0], default=None)
-        if best is not None and best[0] >= self.contend:
-            prob, proposal, rival = best
-            if rival is not None and inc.estimate.starts <= rival.estimate.starts:
-                if inc.key not in view.busy and inc.estimate.starts < self.max_starts:
-                    return Proposal(inc.candidate, f"confirm the best (trial {inc.trials[0]})",
-                                    repeat_of=inc.trials[0])  # fmt: skip
-            return proposal
-        if inc.estimate.starts < 2 and inc.key not in view.busy:
-            return Proposal(inc.candidate, f"confirm the best (trial {inc.trials[0]})",
-                            repeat_of=inc.trials[0])  # fmt: skip
-        return None
+                risk = prob_better(predicted, ref.estimate, margin=self.band)
+                proposal = Proposal(cand, f"explore next to the best: {what}")
+                out.append(_Rival(risk, proposal, None, what))
+        return out
+
+    def stop_reason(self, observations: Sequence[Observation]) -> str:
+        """Why the search is done, with the number it stopped on."""
+        view = self._view(observations, ())
+        choice = pick(view.points)
+        if choice is None:
+            return "converged: no configuration left that could be measured"
+        rivals = self._rivals(view, choice.point)
+        band = f"{100 * self.band:g} %"
+        if not rivals:
+            return (f"converged: no rival left to start again (each has {self.max_starts} "
+                    f"starts or failed); the pick is trial {choice.point.trials[0]}")  # fmt: skip
+        top = max(rivals, key=lambda r: r.risk)
+        return (
+            f"converged: P(the likeliest of {plural(len(rivals), 'rival')} ({top.what}) beats "
+            f"the pick, trial {choice.point.trials[0]}, by >{band}) = {100 * top.risk:.1f} % "
+            f"< {100 * self.stop_below:g} %"
+        )
 
     def _flags(self, view: _View) -> Proposal | None:
         if not self.space.flags:

@@ -44,6 +44,17 @@ def test_one_start_does_not_displace_an_enqueued_floor_a_second_does() -> None:
     assert choice is not None and choice.point.candidate == TREE and choice.note == ""
 
 
+def test_before_any_repeated_start_a_lucky_first_start_does_not_leave_the_floor() -> None:
+    """10 % above the floor on one start, nothing started twice: at the prior's 1 % that is
+    99.99 % sure, but the node's starts may vary by 3 % (field3x seed 8 picked a chain truly
+    below the floor this way)."""
+    obs = [_obs(0, BASELINE, 63.0, role="baseline"), _obs(1, FLOOR, 94.0, role="enqueued[0]"),
+           _obs(2, TREE, 103.4)]  # fmt: skip
+    choice = pick(weigh(obs).points)
+    assert choice is not None and choice.point.candidate == FLOOR
+    assert "one server start" in choice.note
+
+
 def test_overwhelming_evidence_leaves_the_floor_on_one_start() -> None:
     obs = [_obs(0, BASELINE, 63.0, role="baseline"), _obs(1, TREE, 99.0, n=30)]
     choice = pick(weigh(obs).points)
@@ -88,3 +99,18 @@ def test_the_surface_pulls_a_lucky_start_back() -> None:
     raw = weigh(obs, smooth=False).points
     key = obs[-1].key
     assert smooth[key].estimate.mean < raw[key].estimate.mean
+
+
+def test_one_lucky_start_does_not_move_the_pick_off_a_configuration_started_twice() -> None:
+    """Both chosen by the search (no floor): a lead on one start smaller than its extra
+    uncertainty (mean - 1 sd) does not move the pick."""
+    chain = Candidate(nccl_env=LL_SYS, spec=_spec(3, 1, 4))
+    obs = [_obs(1, TREE, 100.0, seed=1), _obs(2, TREE, 100.0, seed=2),
+           _obs(3, chain, 100.0, seed=3)]  # fmt: skip
+    choice = pick(weigh(obs).points)
+    assert choice is not None
+    assert choice.best.candidate == chain  # the best mean, still shown as the fastest
+    assert choice.point.candidate == TREE and "less sure on 1 start" in choice.note
+    # A second start that agrees is the evidence: the pick moves.
+    choice = pick(weigh([*obs, _obs(4, chain, 101.5, seed=4)]).points)
+    assert choice is not None and choice.point.candidate == chain

@@ -1,0 +1,92 @@
+"""The structured search's stop rule: it stops itself once no rival is likely to beat the pick by
+more than the band, says so with the number, and does not stop while the landscape still rises."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from rayspec._config import load_config
+from rayspec._types import Candidate
+from rayspec._types import TrialState
+from rayspec.search import Observation
+from rayspec.search import SearchSpace
+from rayspec.search import StructuredSearch
+from rayspec.search import pick
+from rayspec.search import weigh
+from tests.helpers import TWIN_EXPERIMENT
+
+BUDGET = 40
+
+
+def _drive(level: Callable[[Candidate], float], seed: int, start_noise: float = 0.01
+           ) -> tuple[StructuredSearch, list[Observation]]:  # fmt: skip
+    """Run the search against ``level`` (true tok/s) with between-start and run noise until it
+    stops itself or spends the budget."""
+    space = SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+    search = StructuredSearch(space, None, token_bytes=1)
+    rng = random.Random(seed)
+    observations: list[Observation] = [
+        Observation(0, Candidate(), TrialState.COMPLETE,
+                    tuple(level(Candidate()) * (1 + rng.gauss(0, 0.01)) for _ in range(5)),
+                    role="baseline"),
+    ]  # fmt: skip
+    while len(observations) < BUDGET:
+        proposal = search.propose(observations)
+        if proposal is None:
+            break
+        offset = 1 + rng.gauss(0, start_noise)
+        true = level(proposal.candidate)
+        runs = tuple(true * offset * (1 + rng.gauss(0, 0.01)) for _ in range(5))
+        observations.append(
+            Observation(len(observations), proposal.candidate, TrialState.COMPLETE, runs)
+        )
+    return search, observations
+
+
+def _flat(candidate: Candidate) -> float:
+    return 100.0
+
+
+def _rising(candidate: Candidate) -> float:
+    """Deeper drafts pay: 6 % a step, to the space's deepest (6 steps)."""
+    spec = candidate.spec
+    return 80.0 if spec is None else 80.0 * 1.06**spec.num_steps
+
+
+def test_a_flat_landscape_stops_with_its_number() -> None:
+    for seed in range(3):
+        search, observations = _drive(_flat, seed)
+        assert len(observations) < BUDGET, f"seed {seed} never stopped"
+        reason = search.stop_reason(observations)
+        # The rule is stated with the number it stopped on, below the threshold.
+        assert reason.startswith("converged: P(")
+        prob = float(reason.split(") = ")[1].split(" %")[0])
+        assert prob < 100 * search.stop_below
+
+
+def test_a_rising_landscape_does_not_stop_before_its_top() -> None:
+    for seed in range(2):
+        search, observations = _drive(_rising, seed)
+        deepest = max(o.candidate.spec.num_steps for o in observations if o.candidate.spec)
+        assert deepest == 6  # it climbed to the space's edge before it stopped
+        choice = pick(weigh(observations).points)
+        assert choice is not None and choice.point.candidate.spec is not None
+        assert choice.point.candidate.spec.num_steps == 6
+
+
+def test_a_rival_likely_to_beat_the_pick_by_the_band_keeps_the_search_going() -> None:
+    """A stopped search, then one rival's start 4 % luckier: another restart could move the
+    pick, so the search goes on."""
+    space = SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+    search = StructuredSearch(space, None, token_bytes=1)
+    _, observations = _drive(_flat, 1)
+    assert search.propose(observations) is None
+    top = max((o for o in observations if o.candidate.spec), key=lambda o: sum(o.runs))
+    rival = next(o for o in observations if o.candidate.spec and o.key != top.key
+                 and sum(1 for p in observations if p.key == o.key) == 1)  # fmt: skip
+    lucky = Observation(len(observations), rival.candidate, TrialState.COMPLETE,
+                        tuple(v * 1.04 for v in rival.runs))  # fmt: skip
+    again = [o for o in observations if o.trial != rival.trial] + [lucky]
+    proposal = search.propose(again)
+    assert proposal is not None
