@@ -51,6 +51,9 @@ from rayspec.search._history import Observation
 from rayspec.search._history import Point
 from rayspec.search._history import pick
 from rayspec.search._history import weigh
+from rayspec.search._online import Measured
+from rayspec.search._online import OnlineModel
+from rayspec.search._online import fit_model
 from rayspec.search._posterior import Estimate
 from rayspec.search._posterior import Noise
 from rayspec.search._posterior import Start
@@ -82,6 +85,11 @@ NCCL_FAILURES = ("nccl_init", "nccl_first_collective", "wrong_output")
 _MAX_NODES_LOST = 2
 _PREFERRED_TOPK = 4
 _EXPLORE_AROUND = 3  # unmeasured neighbours of this many best configurations are candidates
+# The first chain "barely beats" no speculation below this ratio: no speculation with the
+# screened NCCL set (often far faster than the baseline's defaults) is measured at once.
+_BARELY = 1.15
+# The online model proposes its argmax only when it predicts at least this gain over the best.
+_MODEL_GAIN = 1.01
 
 
 @dataclass(frozen=True)
@@ -295,6 +303,7 @@ class StructuredSearch(Strategy):
         view = self._view(observations, pending)
         stages: tuple[Callable[[_View], Proposal | None], ...] = (
             self._settle,
+            self._predicted,
             self._chains,
             self._trees,
             self._no_speculation,
@@ -344,6 +353,68 @@ class StructuredSearch(Strategy):
             f"replaces trial {choice.point.trials[0]}",
             repeat_of=best.trials[0],
         )
+
+    def online_model(self, view: _View) -> OnlineModel | None:
+        """The node's own model (``_online``) fitted to the speculative starts measured at the
+        NCCL class each would be launched with (None: not enough of them yet)."""
+        measured: list[Measured] = []
+        for spec, obs in view.by_spec.items():
+            if spec is None or spec.adaptive or not self._in_space(spec):
+                continue
+            env = self.nccl_for(spec, view.banned, view.fallback_nccl)
+            for o in obs:
+                if o.accept_histogram and self._same_class(o.candidate.nccl_env, env):
+                    runs = [v for v in o.runs if v > 0 and math.isfinite(v)]
+                    measured.append(
+                        Measured(
+                            spec,
+                            math.exp(sum(math.log(v) for v in runs) / len(runs)),
+                            o.accept_histogram,
+                        )
+                    )
+        return fit_model(measured)
+
+    def _predicted(self, view: _View) -> Proposal | None:
+        """What the starts already tell: no speculation early when the first chain barely
+        beats it, then the online model's best setting of the space, while it is unmeasured
+        and predicted better than the best measured (the measurement decides)."""
+        if self.algorithm is None:
+            return None
+        chains = [s for s in view.by_spec if s is not None and s.eagle_topk == 1]
+        if chains and SPEC_OFF in self.space.modes and not self._tried(None, view):
+            best_off = max((p.estimate.mean for p in view.points.values()
+                            if p.candidate.spec is None and p.complete), default=0.0)  # fmt: skip
+            best_chain = max(
+                (e.mean for e in (self.spec_estimate(s, view) for s in chains) if e is not None),
+                default=0.0,
+            )
+            if 0 < best_chain < _BARELY * best_off:
+                return Proposal(
+                    self.candidate(None, view),
+                    "no speculation with the screened NCCL set: the first chain barely beats it",
+                )
+        model = self.online_model(view)
+        inc = self._incumbent(view)
+        if model is None or inc is None:
+            return None
+        scored = [(t, s) for s in self._model_space() if (t := model.predict(s)) is not None]
+        if not scored:
+            return None
+        tok_s, spec = max(scored, key=lambda ts: ts[0])
+        if self._tried(spec, view) or tok_s < _MODEL_GAIN * inc.estimate.mean:
+            return None
+        return Proposal(
+            self.candidate(spec, view),
+            f"the online model's best: {plural(spec.num_steps, 'step')}, topk {spec.eagle_topk}, "
+            f"{plural(spec.num_draft_tokens, 'token')} (predicted {tok_s:.1f} tok/s)",
+        )
+
+    def _model_space(self) -> list[SpecSettings]:
+        """Every static setting of the space the online model can predict."""
+        out = [self._spec(k, 1, k + 1) for k in self.steps] if 1 in self.topks else []
+        out += [self._spec(k, m, n) for k in self.steps for m in self.topks if m > 1
+                for n in self.budgets if self._spec(k, m, n).fits_tree]  # fmt: skip
+        return out
 
     def _chains(self, view: _View) -> Proposal | None:
         if self.algorithm is None or 1 not in self.topks:
