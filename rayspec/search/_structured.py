@@ -7,15 +7,20 @@ the problem says the answer is (the README's *How it searches*):
 1. **NCCL from the screen.** Each candidate runs with the NCCL class the screen found fastest
    at its own message size (a verify of N tokens moves N x hidden x bytes). Sets the screen
    cannot tell apart are one point; a set that failed a launch on an NCCL cause is banned.
-2. **Chains** (topk 1, so draft tokens = steps + 1): a bracketing ladder over the step counts,
+2. **The online model** (``_online``): once two chains are measured, the node's own acceptance
+   and cycle cost, fitted from every start's accept histogram and rate, propose the setting it
+   predicts best while that is unmeasured (the measurement decides); and when the first chain
+   barely beats no speculation, no speculation with the screened NCCL set is measured at once.
+   Chains, trees and the rest below fill in around it.
+3. **Chains** (topk 1, so draft tokens = steps + 1): a bracketing ladder over the step counts,
    throughput being unimodal-ish in steps: step away from the start while it improves (with
    growing strides), then bisect back to the best.
-3. **No speculation**: one point.
-4. **Trees**: at the best chain's depth and a middle topk, a ladder over the draft-token budgets
+4. **No speculation**: one point.
+5. **Trees**: at the best chain's depth and a middle topk, a ladder over the draft-token budgets
    the tree can hold, starting near twice the chain's verify width.
-5. **Local refinement** around the best tree: the neighbouring budget, depth and topk.
-6. **Searched flags**: each value once, at the best configuration.
-7. **Confirmation**: the best is re-launched (a fresh server start) and so is any configuration
+6. **Local refinement** around the best tree: the neighbouring budget, depth and topk.
+7. **Searched flags**: each value once, at the best configuration.
+8. **Confirmation**: the best is re-launched (a fresh server start) and so is any configuration
    that could still beat it, until the pooled starts separate them or each has ``max_starts``.
 
 The strategy is a pure function of the observations (nothing to save or restore): a resumed
