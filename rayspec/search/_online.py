@@ -186,18 +186,30 @@ def fit_costs(measured: Sequence[Measured]) -> Costs | None:
     width from the draft steps.
     """
     rows = [(m.spec, m.cycle_ms) for m in measured if math.isfinite(m.cycle_ms)]
-    split = any(s.num_draft_tokens - 1 != s.num_steps for s, _ in rows)
-    if split:
-        x = np.array([[1.0, s.num_draft_tokens - 1, s.num_steps] for s, _ in rows])
-    else:
-        x = np.array([[1.0, s.num_steps] for s, _ in rows]).reshape(-1, 2)
-    if np.linalg.matrix_rank(x) < x.shape[1]:
+    if not rows:
         return None
     y = np.array([c for _, c in rows])
-    coef = np.linalg.lstsq(x, y, rcond=None)[0]
-    if split:
-        return Costs(float(coef[0]), float(coef[1]), float(coef[2]), split=True)
-    return Costs(float(coef[0]), 0.0, float(coef[1]), split=False)
+    width = np.array([s.num_draft_tokens - 1.0 for s, _ in rows])
+    steps = np.array([float(s.num_steps) for s, _ in rows])
+    split = bool(np.any(width != steps))  # a tree wider than its depth: the two slopes part
+    # (gamma, beta) columns per design; without a tree only their sum (on the steps) is known.
+    # A negative slope is noise on a nearly free axis: that axis is fitted as costing nothing.
+    designs = [(True, True), (True, False), (False, True)] if split else [(False, True)]
+    best: tuple[float, Costs] | None = None
+    for on_width, on_steps in designs:
+        cols = [np.ones(len(rows))] + [width] * on_width + [steps] * on_steps
+        x = np.column_stack(cols)
+        if np.linalg.matrix_rank(x) < x.shape[1]:
+            continue
+        coef = [float(c) for c in np.linalg.lstsq(x, y, rcond=None)[0]]
+        if min(coef[1:]) < 0:
+            continue
+        gamma = coef[1] if on_width else 0.0
+        beta = coef[-1] if on_steps else 0.0
+        sse = float(np.sum((x @ np.array(coef) - y) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, Costs(coef[0], gamma, beta, split=split))
+    return best[1] if best is not None else None
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,12 @@ def test_the_cost_fit_recovers_the_cycle_costs() -> None:
     costs = fit_costs([_measured(s, cycle(s), hist) for s in (*chains, tree)])
     assert costs is not None and costs.split
     assert (costs.c0, costs.gamma, costs.beta) == pytest.approx((c0, gamma, beta))
+    # A nearly free verify width whose noise says "negative": it is fitted as free, never as
+    # wider trees costing less.
+    shown = [_measured(s, c0 + beta * s.num_steps, hist) for s in chains]
+    shown.append(_measured(tree, c0 + beta * tree.num_steps - 0.2, hist))
+    costs = fit_costs(shown)
+    assert costs is not None and costs.gamma == 0.0 and costs.beta > 0
 
 
 @pytest.mark.parametrize("name", ["kimi-k2.5-tp8-pcie", "l40s-pcie-tp4-dense-deep"])
