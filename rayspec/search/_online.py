@@ -193,16 +193,19 @@ def fit_costs(measured: Sequence[Measured]) -> Costs | None:
     steps = np.array([float(s.num_steps) for s, _ in rows])
     split = bool(np.any(width != steps))  # a tree wider than its depth: the two slopes part
     # (gamma, beta) columns per design; without a tree only their sum (on the steps) is known.
-    # A negative slope is noise on a nearly free axis: that axis is fitted as costing nothing.
+    # A negative slope is noise on a nearly free axis (two chains 2 % apart): that axis is
+    # fitted as costing nothing, and the measurement the model then proposes (deep) settles it.
     designs = [(True, True), (True, False), (False, True)] if split else [(False, True)]
     best: tuple[float, Costs] | None = None
-    for on_width, on_steps in designs:
+    identified = False
+    for on_width, on_steps in [*designs, (False, False)]:
         cols = [np.ones(len(rows))] + [width] * on_width + [steps] * on_steps
         x = np.column_stack(cols)
-        if np.linalg.matrix_rank(x) < x.shape[1]:
+        if np.linalg.matrix_rank(x) < x.shape[1] or (not identified and x.shape[1] == 1):
             continue
+        identified = True
         coef = [float(c) for c in np.linalg.lstsq(x, y, rcond=None)[0]]
-        if min(coef[1:]) < 0:
+        if min(coef[1:], default=0.0) < 0:
             continue
         gamma = coef[1] if on_width else 0.0
         beta = coef[-1] if on_steps else 0.0
