@@ -184,16 +184,16 @@ def test_the_stage_launches_the_models_best_chain_after_two_chains() -> None:
 
 
 def test_a_chain_that_barely_beats_no_speculation_measures_it_with_the_screened_set() -> None:
-    # The weak drafter's field node: the best chain 82.9 tok/s, the baseline (NCCL's defaults)
-    # 63.1, and no speculation with the screened set 88.6, the optimum.
-    obs = _starts(0, None, 63.1, None, role="baseline")
-    obs += _starts(10, SpecSettings("EAGLE3", 2, 1, 3), 82.9, (300, 200, 100))
+    # A chain 1.2x the baseline (NCCL's defaults): the screened set may well make no
+    # speculation the faster one.
+    obs = _starts(0, None, 70.0, None, role="baseline")
+    obs += _starts(10, SpecSettings("EAGLE3", 2, 1, 3), 84.0, (300, 200, 100))
     proposal = _search().propose(obs)
     assert proposal is not None and proposal.candidate.spec is None
     assert proposal.candidate.nccl_env == TUNED  # the best measured set (no screen here)
     assert proposal.reason.startswith("no speculation with the screened NCCL set: the first")
     # A chain far ahead does not ask for it first.
     far = _starts(0, None, 63.1, None, role="baseline")
-    far += _starts(10, SpecSettings("EAGLE3", 2, 1, 3), 94.9, (300, 200, 100))  # the field's
+    far += _starts(10, SpecSettings("EAGLE3", 2, 1, 3), 82.9, (300, 200, 100))  # weak drafter
     proposal = _search().propose(far)
     assert proposal is not None and proposal.candidate.spec is not None
