@@ -279,6 +279,8 @@ class TrialRecord:
         repeat_of: a deliberate new start of that trial's configuration.
         restart: the study's server launch count at this trial (launched trials only).
         alarm: the acceptance alarm's hint, when it fired.
+        accept_histogram: the stored ``accept_histogram`` column (None: not stored, or read
+            from ``result.requests``; see :attr:`histogram`).
     """
 
     result: TrialResult
@@ -291,10 +293,18 @@ class TrialRecord:
     repeat_of: int | None = None
     restart: int | None = None
     alarm: str = ""
+    accept_histogram: tuple[int, ...] | None = None
 
     @property
     def trial(self) -> int:
         return self.result.trial
+
+    @property
+    def histogram(self) -> tuple[int, ...] | None:
+        """Verify steps by drafts accepted: the stored column, else summed from the requests."""
+        if self.accept_histogram is not None:
+            return self.accept_histogram
+        return accept_histogram(self.result.requests)
 
     @property
     def candidate(self) -> Candidate:

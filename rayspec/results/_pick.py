@@ -87,6 +87,7 @@ def observations_from_records(
                 role=roles.get(r.trial, r.role),
                 launched=r.launched,
                 accept_length=_f(r.result.metrics.get("accept_length")),
+                accept_histogram=r.histogram,
             )
         )
     return out

@@ -83,6 +83,8 @@ class Observation:
         role: ``baseline``, ``enqueued[i]`` or ``""`` (chosen by the search).
         launched: whether a server was started (False: a reused result, or never launched).
         accept_length: the trial's mean accept length (NaN without speculation).
+        accept_histogram: its measured verify steps by drafts accepted (None without
+            speculation or when the engine does not report it).
     """
 
     trial: int
@@ -93,6 +95,7 @@ class Observation:
     role: str = ""
     launched: bool = True
     accept_length: float = math.nan
+    accept_histogram: tuple[int, ...] | None = None
 
     @property
     def key(self) -> str:

@@ -7,15 +7,20 @@ the problem says the answer is (the README's *How it searches*):
 1. **NCCL from the screen.** Each candidate runs with the NCCL class the screen found fastest
    at its own message size (a verify of N tokens moves N x hidden x bytes). Sets the screen
    cannot tell apart are one point; a set that failed a launch on an NCCL cause is banned.
-2. **Chains** (topk 1, so draft tokens = steps + 1): a bracketing ladder over the step counts,
+2. **The online model** (``_online``): once two chains are measured, the node's own acceptance
+   and cycle cost, fitted from every start's accept histogram and rate, propose the setting it
+   predicts best while that is unmeasured (the measurement decides); and when the first chain
+   barely beats no speculation, no speculation with the screened NCCL set is measured at once.
+   Chains, trees and the rest below fill in around it.
+3. **Chains** (topk 1, so draft tokens = steps + 1): a bracketing ladder over the step counts,
    throughput being unimodal-ish in steps: step away from the start while it improves (with
    growing strides), then bisect back to the best.
-3. **No speculation**: one point.
-4. **Trees**: at the best chain's depth and a middle topk, a ladder over the draft-token budgets
+4. **No speculation**: one point.
+5. **Trees**: at the best chain's depth and a middle topk, a ladder over the draft-token budgets
    the tree can hold, starting near twice the chain's verify width.
-5. **Local refinement** around the best tree: the neighbouring budget, depth and topk.
-6. **Searched flags**: each value once, at the best configuration.
-7. **Confirmation**: the pick is re-launched (a fresh server start) and so is any configuration
+6. **Local refinement** around the best tree: the neighbouring budget, depth and topk.
+7. **Searched flags**: each value once, at the best configuration.
+8. **Confirmation**: the pick is re-launched (a fresh server start) and so is any configuration
    that could still beat it by more than ``band``, until none is likely to (below
    ``stop_below``: :meth:`StructuredSearch.stop_reason` says the number) or each has
    ``max_starts``.
@@ -53,6 +58,9 @@ from rayspec.search._history import Observation
 from rayspec.search._history import Point
 from rayspec.search._history import pick
 from rayspec.search._history import weigh
+from rayspec.search._online import Measured
+from rayspec.search._online import OnlineModel
+from rayspec.search._online import fit_model
 from rayspec.search._posterior import Estimate
 from rayspec.search._posterior import Noise
 from rayspec.search._posterior import Start
@@ -87,6 +95,14 @@ _EXPLORE_AROUND = 3  # unmeasured neighbours of this many best configurations ar
 # An unmeasured neighbour no surface predicts is taken as its measured neighbour's level with
 # this much more (relative) uncertainty: one step on an axis moves throughput by a few %.
 _NEIGHBOUR_SD = 0.03
+# The first chain "barely beats" no speculation below this ratio to the baseline: the baseline
+# runs NCCL's defaults and the screened set is the fastest at a decode's size, so no
+# speculation with it can only be faster, and is measured at once. Not higher: on the weak
+# drafter's node (chain 1.31x the baseline, a tree the optimum) measuring it early cost 1.5
+# restarts to 1 % (search_efficiency, weak/quick, 4 seeds: 6 / 10 against 4.5 / 5).
+_BARELY = 1.25
+# The online model proposes its argmax only when it predicts at least this gain over the best.
+_MODEL_GAIN = 1.01
 
 
 @dataclass(frozen=True)
@@ -314,6 +330,7 @@ class StructuredSearch(Strategy):
         view = self._view(observations, pending)
         stages: tuple[Callable[[_View], Proposal | None], ...] = (
             self._settle,
+            self._predicted,
             self._chains,
             self._trees,
             self._no_speculation,
@@ -363,6 +380,68 @@ class StructuredSearch(Strategy):
             f"replaces trial {choice.point.trials[0]}",
             repeat_of=best.trials[0],
         )
+
+    def online_model(self, view: _View) -> OnlineModel | None:
+        """The node's own model (``_online``) fitted to the speculative starts measured at the
+        NCCL class each would be launched with (None: not enough of them yet)."""
+        measured: list[Measured] = []
+        for spec, obs in view.by_spec.items():
+            if spec is None or spec.adaptive or not self._in_space(spec):
+                continue
+            env = self.nccl_for(spec, view.banned, view.fallback_nccl)
+            for o in obs:
+                if o.accept_histogram and self._same_class(o.candidate.nccl_env, env):
+                    runs = [v for v in o.runs if v > 0 and math.isfinite(v)]
+                    measured.append(
+                        Measured(
+                            spec,
+                            math.exp(sum(math.log(v) for v in runs) / len(runs)),
+                            o.accept_histogram,
+                        )
+                    )
+        return fit_model(measured)
+
+    def _predicted(self, view: _View) -> Proposal | None:
+        """What the starts already tell: no speculation early when the first chain barely
+        beats it, then the online model's best setting of the space, while it is unmeasured
+        and predicted better than the best measured (the measurement decides)."""
+        if self.algorithm is None:
+            return None
+        chains = [s for s in view.by_spec if s is not None and s.eagle_topk == 1]
+        if chains and SPEC_OFF in self.space.modes and not self._tried(None, view):
+            best_off = max((p.estimate.mean for p in view.points.values()
+                            if p.candidate.spec is None and p.complete), default=0.0)  # fmt: skip
+            best_chain = max(
+                (e.mean for e in (self.spec_estimate(s, view) for s in chains) if e is not None),
+                default=0.0,
+            )
+            if 0 < best_chain < _BARELY * best_off:
+                return Proposal(
+                    self.candidate(None, view),
+                    "no speculation with the screened NCCL set: the first chain barely beats it",
+                )
+        model = self.online_model(view)
+        inc = self._incumbent(view)
+        if model is None or inc is None:
+            return None
+        scored = [(t, s) for s in self._model_space() if (t := model.predict(s)) is not None]
+        if not scored:
+            return None
+        tok_s, spec = max(scored, key=lambda ts: ts[0])
+        if self._tried(spec, view) or tok_s < _MODEL_GAIN * inc.estimate.mean:
+            return None
+        return Proposal(
+            self.candidate(spec, view),
+            f"the online model's best: {plural(spec.num_steps, 'step')}, topk {spec.eagle_topk}, "
+            f"{plural(spec.num_draft_tokens, 'token')} (predicted {tok_s:.1f} tok/s)",
+        )
+
+    def _model_space(self) -> list[SpecSettings]:
+        """Every static setting of the space the online model can predict."""
+        out = [self._spec(k, 1, k + 1) for k in self.steps] if 1 in self.topks else []
+        out += [self._spec(k, m, n) for k in self.steps for m in self.topks if m > 1
+                for n in self.budgets if self._spec(k, m, n).fits_tree]  # fmt: skip
+        return out
 
     def _chains(self, view: _View) -> Proposal | None:
         if self.algorithm is None or 1 not in self.topks:

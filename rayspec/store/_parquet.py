@@ -34,7 +34,6 @@ from rayspec._types import RequestRecord
 from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
-from rayspec._types import accept_histogram
 from rayspec.store._base import BaseTrialStore
 from rayspec.store._folder import StudyFolder
 
@@ -306,7 +305,7 @@ def trial_row(record: TrialRecord | TrialResult, scenarios: Sequence[str] = ()) 
         if record.run_values
         else None,
         "rayspec_version": __version__,
-        "accept_histogram": _ints(accept_histogram(result.requests)),
+        "accept_histogram": _ints(record.histogram),
     }
     schema = trial_schema(scenarios)
     declared = set(schema.names)
@@ -363,6 +362,7 @@ def record_of_row(
         node=str(row.get("node") or ""),
     )  # fmt: skip
     repeat_of, restart = row.get("repeat_of"), row.get("restart")
+    hist = row.get("accept_histogram")
     return TrialRecord(
         result=result, params=params,
         run_values=tuple(float(v) for v in _json(row.get("run_values"), [])),
@@ -371,6 +371,7 @@ def record_of_row(
         repeat_of=int(repeat_of) if repeat_of is not None else None,
         restart=int(restart) if restart is not None else None,
         alarm=str(row.get("alarm") or ""),
+        accept_histogram=tuple(int(n) for n in hist) if hist is not None else None,
     )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from rayspec.twin._errors import NcclInitError
 from rayspec.twin._errors import NcclNoAlgorithmError
 from rayspec.twin._errors import ProfileError
 from rayspec.twin._model import PerfModel
+from rayspec.twin._model import build_draft_tree
 from rayspec.twin._nccl import NcclSetup
 from rayspec.twin._nccl import resolve_nccl
 from rayspec.twin._noise import NoiseModel
@@ -38,6 +39,7 @@ __all__ = [
     "RequestNoise",
     "Resolution",
     "available_profiles",
+    "build_draft_tree",
     "load_profile",
     "resolve_nccl",
     "resolve_server_args",

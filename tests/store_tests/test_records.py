@@ -18,6 +18,7 @@ from rayspec import TrialRecord
 from rayspec import TrialResult
 from rayspec._types import TrialState
 from rayspec.results import candidate_reader
+from rayspec.results import observations_from_records
 from rayspec.search import SearchSpace
 from rayspec.store import ParquetTrialStore
 from rayspec.store import request_record
@@ -76,8 +77,14 @@ def test_a_typed_record_round_trips_through_the_store(tmp_path) -> None:
     assert read.result.launch is not None
     assert read.result.launch.argv == LAUNCH.argv and read.result.launch.env == LAUNCH.env
     stored_result = dataclasses.replace(written.result, requests=(), launch=read.result.launch)
-    assert read == dataclasses.replace(written, result=stored_result)
+    # The trial's histogram comes back as the row's column (the requests are not read back).
+    assert read.accept_histogram == written.histogram == (10, 20, 20)
+    assert read == dataclasses.replace(
+        written, result=stored_result, accept_histogram=(10, 20, 20)
+    )
     assert read.launched and not read.reused
+    (seen,) = observations_from_records([read], {})
+    assert seen.accept_histogram == (10, 20, 20)  # what the search's online model reads
 
 
 def test_the_columns_stay_what_users_read(tmp_path) -> None:

@@ -1,0 +1,199 @@
+"""The online model: acceptance and cost fitted from what each start reports, and the
+structured search's stage that launches where it predicts the best."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from rayspec._config import load_config
+from rayspec._types import Candidate
+from rayspec._types import SpecSettings
+from rayspec._types import TrialState
+from rayspec.search import SearchSpace
+from rayspec.search import StructuredSearch
+from rayspec.search._history import Observation
+from rayspec.search._online import Measured
+from rayspec.search._online import fit_acceptance
+from rayspec.search._online import fit_costs
+from rayspec.search._online import fit_model
+from rayspec.search._online import mean_accept_length
+from rayspec.twin import PerfModel
+from rayspec.twin import load_profile
+from rayspec.twin import resolve_nccl
+from tests.helpers import TWIN_EXPERIMENT
+
+TUNED = (("NCCL_P2P_LEVEL", "PHB"),)
+
+
+def _expected_histogram(rates: list[float], steps: int = 200_000) -> tuple[int, ...]:
+    """Verify steps by drafts accepted for a chain with these conditional rates (rounded)."""
+    hist, prefix = [], 1.0
+    for a in rates:
+        hist.append(round(steps * prefix * (1 - a)))
+        prefix *= a
+    hist.append(round(steps * prefix))
+    return tuple(hist)
+
+
+def _sampled_histogram(rates: list[float], steps: int, rng: random.Random) -> tuple[int, ...]:
+    hist = [0] * (len(rates) + 1)
+    for _ in range(steps):
+        i = 0
+        while i < len(rates) and rng.random() < rates[i]:
+            i += 1
+        hist[i] += 1
+    return tuple(hist)
+
+
+def test_the_acceptance_fit_recovers_the_per_depth_rates() -> None:
+    rates = [0.8, 0.6, 0.45, 0.3]
+    fit = fit_acceptance([(4, _expected_histogram(rates))])
+    assert fit is not None
+    assert fit.rates == pytest.approx(rates, abs=1e-4)
+    # Sampled, and pooled over two chains of different depths (the 2-step chain informs the
+    # first two depths only): within 3 standard errors.
+    rng = random.Random(7)
+    fit = fit_acceptance([(2, _sampled_histogram(rates[:2], 4000, rng)),
+                          (4, _sampled_histogram(rates, 4000, rng))])  # fmt: skip
+    assert fit is not None and len(fit.rates) == 4
+    for a, got, n in zip(rates, fit.rates, fit.reached, strict=True):
+        assert abs(got - a) < 3 * math.sqrt(a * (1 - a) / n)
+    assert fit.reached[0] == 8000  # every verify step of both chains reached depth 1
+
+
+def test_the_acceptance_extrapolates_the_twins_geometric_decay() -> None:
+    a1, rho = 0.82, 0.9
+    rates = [a1 * rho**d for d in range(3)]
+    fit = fit_acceptance([(3, _expected_histogram(rates))])
+    assert fit is not None
+    assert fit.decay == pytest.approx(rho, abs=1e-3)
+    assert fit.rate(6) == pytest.approx(a1 * rho**5, rel=1e-3)
+    assert fit.chain_length(2) == pytest.approx(1 + rates[0] + rates[0] * rates[1], rel=1e-3)
+    # A depth that too few verify steps reached is not a rate.
+    assert fit_acceptance([(2, (3, 2, 1))]) is None
+
+
+def _measured(spec: SpecSettings, cycle_ms: float, hist: tuple[int, ...]) -> Measured:
+    return Measured(spec, 1000.0 * mean_accept_length(hist) / cycle_ms, hist)
+
+
+def test_the_cost_fit_recovers_the_cycle_costs() -> None:
+    c0, gamma, beta = 17.5, 0.6, 0.45
+
+    def cycle(s: SpecSettings) -> float:
+        return c0 + gamma * (s.num_draft_tokens - 1) + beta * s.num_steps
+
+    hist = _expected_histogram([0.7, 0.5, 0.3])
+    chains = [SpecSettings("EAGLE3", k, 1, k + 1) for k in (2, 3)]
+    costs = fit_costs([_measured(s, cycle(s), hist) for s in chains])
+    assert costs is not None and not costs.split
+    assert (costs.c0, costs.beta) == pytest.approx((c0, gamma + beta))
+    assert fit_costs([_measured(chains[0], cycle(chains[0]), hist)]) is None  # one depth
+    tree = SpecSettings("EAGLE3", 3, 4, 8)
+    costs = fit_costs([_measured(s, cycle(s), hist) for s in (*chains, tree)])
+    assert costs is not None and costs.split
+    assert (costs.c0, costs.gamma, costs.beta) == pytest.approx((c0, gamma, beta))
+    # A nearly free verify width whose noise says "negative": it is fitted as free, never as
+    # wider trees costing less.
+    shown = [_measured(s, c0 + beta * s.num_steps, hist) for s in chains]
+    shown.append(_measured(tree, c0 + beta * tree.num_steps - 0.2, hist))
+    costs = fit_costs(shown)
+    assert costs is not None and costs.gamma == 0.0 and costs.beta > 0
+
+
+@pytest.mark.parametrize("name", ["kimi-k2.5-tp8-pcie", "l40s-pcie-tp4-dense-deep"])
+def test_two_chains_and_one_tree_of_the_twin_predict_its_other_settings(name: str) -> None:
+    """Fitted to the twin's own expected values, the model predicts the settings it never saw
+    within a few per cent (the twin's MoE verify is not exactly linear in its width)."""
+    profile = load_profile(name)
+    nccl = resolve_nccl(dict(TUNED), profile)
+
+    def seen(spec: SpecSettings) -> Measured:
+        model = PerfModel(profile, nccl, spec)
+        rates = model.acceptance()
+        hist = _expected_histogram(rates) if spec.eagle_topk == 1 else _tree_histogram(model)
+        return Measured(spec, model.expected_tok_s(), hist)
+
+    shown = [SpecSettings("EAGLE3", 2, 1, 3), SpecSettings("EAGLE3", 3, 1, 4),
+             SpecSettings("EAGLE3", 3, 4, 7)]  # fmt: skip
+    fit = fit_model([seen(s) for s in shown])
+    assert fit is not None
+    for spec in (SpecSettings("EAGLE3", k, 1, k + 1) for k in (1, 4, 6, 8)):
+        truth = PerfModel(profile, nccl, spec).expected_tok_s()
+        assert fit.predict(spec) == pytest.approx(truth, rel=0.04), spec
+    for spec in (SpecSettings("EAGLE3", 2, 4, 6), SpecSettings("EAGLE3", 5, 4, 12)):
+        truth = PerfModel(profile, nccl, spec).expected_tok_s()
+        assert fit.predict(spec) == pytest.approx(truth, rel=0.06), spec
+
+
+def _tree_histogram(model: PerfModel, cycles: int = 40_000) -> tuple[int, ...]:
+    rng = random.Random(3)
+    assert model.spec is not None
+    hist = [0] * model.spec.num_draft_tokens
+    for _ in range(cycles):
+        hist[model.sample_cycle_tokens(rng) - 1] += 1
+    return tuple(hist)
+
+
+def _search() -> StructuredSearch:
+    space = SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+    return StructuredSearch(space, None, token_bytes=1)
+
+
+def _starts(trial: int, spec: SpecSettings | None, tok_s: float, hist, **kw) -> list[Observation]:
+    """Two starts of a configuration (so no floor asks for its second start first)."""
+    cand = Candidate(nccl_env=TUNED if spec is not None else (), spec=spec)
+    return [
+        Observation(
+            trial + i,
+            cand,
+            TrialState.COMPLETE,
+            runs=(tok_s * f,) * 5,
+            accept_histogram=hist,
+            **kw,
+        )  # fmt: skip
+        for i, f in enumerate((0.995, 1.005))
+    ]
+
+
+def test_the_stage_launches_the_models_best_chain_after_two_chains() -> None:
+    profile = load_profile("l40s-pcie-tp4-dense-deep")
+    nccl = resolve_nccl(dict(TUNED), profile)
+    obs = _starts(0, None, 45.0, None, role="baseline")
+    for k in (2, 3):
+        model = PerfModel(profile, nccl, SpecSettings("EAGLE3", k, 1, k + 1))
+        obs += _starts(10 * k, model.spec, model.expected_tok_s(),
+                       _expected_histogram(model.acceptance(), 5000))  # fmt: skip
+    search = _search()
+    proposal = search.propose(obs)
+    assert proposal is not None and proposal.reason.startswith("the online model's best")
+    fit = search.online_model(search._view(obs, ()))
+    assert fit is not None
+    best = max(search._model_space(), key=lambda s: fit.predict(s) or 0.0)
+    assert proposal.candidate.spec == best
+    assert best.num_steps == 6  # the deep drafter's optimum in this space, in one restart
+    # Once it is measured (at what the model said), the model has nothing left to propose.
+    measured = PerfModel(profile, nccl, best)
+    obs += _starts(60, best, measured.expected_tok_s(),
+                   _expected_histogram(measured.acceptance(), 5000))  # fmt: skip
+    after = search.propose(obs)
+    assert after is None or not after.reason.startswith("the online model's best")
+
+
+def test_a_chain_that_barely_beats_no_speculation_measures_it_with_the_screened_set() -> None:
+    # A chain 1.2x the baseline (NCCL's defaults): the screened set may well make no
+    # speculation the faster one.
+    obs = _starts(0, None, 70.0, None, role="baseline")
+    obs += _starts(10, SpecSettings("EAGLE3", 2, 1, 3), 84.0, (300, 200, 100))
+    proposal = _search().propose(obs)
+    assert proposal is not None and proposal.candidate.spec is None
+    assert proposal.candidate.nccl_env == TUNED  # the best measured set (no screen here)
+    assert proposal.reason.startswith("no speculation with the screened NCCL set: the first")
+    # A chain far ahead does not ask for it first.
+    far = _starts(0, None, 63.1, None, role="baseline")
+    far += _starts(10, SpecSettings("EAGLE3", 2, 1, 3), 82.9, (300, 200, 100))  # weak drafter
+    proposal = _search().propose(far)
+    assert proposal is not None and proposal.candidate.spec is not None
