@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from importlib.util import find_spec
 
+from rayspec._exceptions import LaunchError
+from rayspec._popen import run_to_end
 from rayspec.engines._base import Installed
 
 #: ``import sglang`` imports torch and CUDA libraries: seconds, more on a cold disk.
@@ -28,27 +29,28 @@ InstalledSGLang = Installed
 
 
 def probe_sglang(python: str, env: Mapping[str, str] | None = None) -> InstalledSGLang:
-    """Ask ``python`` for ``sglang.__version__`` (a subprocess: argv, no shell, a timeout).
+    """Ask ``python`` for ``sglang.__version__`` (a subprocess through :mod:`rayspec._popen`:
+    argv, no shell, a timeout that kills its process group).
 
     The interpreter running rayspec needs no subprocess when SGLang is not even installed.
     """
     if python == sys.executable and find_spec("sglang") is None:
         return InstalledSGLang(None, missing=True)
     try:
-        proc = subprocess.run(
+        proc = run_to_end(
             [python, "-c", _ASK_VERSION],
-            capture_output=True,
-            text=True,
-            timeout=SGLANG_IMPORT_TIMEOUT_S,
-            env=dict(os.environ if env is None else env),
-            stdin=subprocess.DEVNULL,
+            dict(os.environ if env is None else env),
+            SGLANG_IMPORT_TIMEOUT_S,
+            what="the SGLang version probe",
         )
-    except subprocess.TimeoutExpired:
+    except LaunchError as exc:
+        cause = exc.__cause__
+        why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(exc)
+        return InstalledSGLang(None, error=f"cannot run it ({why})")
+    if proc.returncode is None:  # killed at the timeout, its process group with it
         return InstalledSGLang(
             None, error=f"import sglang did not finish within {SGLANG_IMPORT_TIMEOUT_S:.0f} s"
         )
-    except OSError as exc:
-        return InstalledSGLang(None, error=f"cannot run it ({exc.strerror})")
     if proc.returncode == _MISSING_EXIT:
         return InstalledSGLang(None, missing=True)
     for line in proc.stdout.splitlines():
