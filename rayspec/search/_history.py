@@ -358,9 +358,13 @@ def pick(
     if chosen.key != best.key:
         if floor is not None and not best.floor and not _beats_floor(best, floor, measured, widen):
             confidence = _floor_confidence(best, floor, widen)
+            if best.estimate.starts < FLOOR_STARTS and not measured:  # judged at 3x the noise
+                confidence = _floor_confidence(best, floor, widen * _UNMEASURED)
             why = (
                 f"has one server start and beats {_trials(floor)} with {confidence:.1%} "
-                f"confidence (needs {FLOOR_CONFIDENCE_ONE_START:.1%}, or a second start)"
+                f"confidence (needs {FLOOR_CONFIDENCE_ONE_START:.1%}"
+                + ("" if measured else " at 3x the prior's start noise, none measured yet")
+                + ", or a second start)"
                 if best.estimate.starts < FLOOR_STARTS
                 else f"beats {_trials(floor)} with only {confidence:.1%} confidence "
                 f"(needs {FLOOR_CONFIDENCE:.1%})"

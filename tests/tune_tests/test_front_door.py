@@ -71,9 +71,9 @@ def test_counted_words_agree() -> None:
     assert handle.describe() == "local Ray cluster: 8 GPUs, 1 trial at once"
 
 
-def _finished_study(tmp_path, restarts: int) -> str:
+def _finished_study(tmp_path, restarts: int, bench: dict | None = None) -> str:
     doc = twin_doc(str(tmp_path / "runs"), study={"name": "t", "max_restarts": restarts},
-                   bench={"repeats": 2, "max_tokens": 40})  # fmt: skip
+                   bench=bench or {"repeats": 2, "max_tokens": 40})  # fmt: skip
     doc["study"].pop("n_trials")
     path = write_experiment(str(tmp_path), doc)
     run_study(load_config(path), trial_fn=SimulatedTrials(), printer=lambda _line: None)
@@ -107,7 +107,11 @@ def test_a_finished_study_says_so_without_starting_ray(tmp_path, capsys, monkeyp
 
 
 def test_the_end_of_a_study_says_what_each_change_bought(tmp_path, capsys, monkeypatch) -> None:
-    path = _finished_study(tmp_path, restarts=2)  # the baseline and enqueued[0]
+    # The baseline and enqueued[0], each started once. The runs are long enough for one start
+    # of the speculative configuration to leave the baseline floor even at 3x the prior's start
+    # noise (the pick rule before any repeated start); with 2 runs of 40 tokens, or 200, it cannot.
+    bench = {"repeats": 5, "max_tokens": 500}  # the field protocol
+    path = _finished_study(tmp_path, restarts=2, bench=bench)
     monkeypatch.setattr("rayspec.tune._cluster.connect", lambda *_a, **_k: None)
     assert main([path, f"server.port={free_port_block()}"]) == 0
     out = capsys.readouterr().out.splitlines()
