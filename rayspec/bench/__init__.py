@@ -20,8 +20,10 @@ from rayspec.bench._client import StreamResult
 from rayspec.bench._client import failure_of
 from rayspec.bench._plan import BenchPlan
 from rayspec.bench._plan import Scenario
+from rayspec.bench._prompts import PromptRecord
 from rayspec.bench._prompts import RequestInput
 from rayspec.bench._prompts import builtin_prompt_sets
+from rayspec.bench._prompts import load_dataset
 from rayspec.bench._prompts import load_prompts
 from rayspec.bench._prompts import request_input
 from rayspec.bench._runner import BenchResult
@@ -51,6 +53,7 @@ __all__ = [
     "BenchResult",
     "BenchWorker",
     "Comparison",
+    "PromptRecord",
     "RaySync",
     "RequestInput",
     "RunReport",
@@ -67,6 +70,7 @@ __all__ = [
     "fetch_server_view",
     "first_failure",
     "flush_cache",
+    "load_dataset",
     "load_prompts",
     "mean_ci95",
     "merge_results",

@@ -28,23 +28,108 @@ def builtin_prompt_sets() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in _BUILTIN_DIR.glob("*.jsonl")))
 
 
+DEFAULT_CATEGORY = "default"
+"""The category of a record that names none (every record of a set without categories)."""
+
+_EXPECTED = (
+    "expected records with a 'prompt' (or 'text') string, or ShareGPT 'conversations' "
+    "(from: human) / OpenAI 'messages' (role: user) with a user turn"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptRecord:
+    """One prompt of a set: its text and the category it is counted under."""
+
+    text: str
+    category: str = DEFAULT_CATEGORY
+
+
+def _turn_text(value: object) -> str | None:
+    """A turn's text: a string, or the text parts of an OpenAI content list."""
+    if isinstance(value, str):
+        return value or None
+    if isinstance(value, list):
+        parts = [p.get("text") for p in value if isinstance(p, dict) and p.get("type") == "text"]
+        text = "\n".join(p for p in parts if isinstance(p, str))
+        return text or None
+    return None
+
+
+def _first_user_turn(turns: object, role_key: str, text_key: str) -> str | None:
+    if not isinstance(turns, list):
+        return None
+    for turn in turns:
+        if isinstance(turn, dict) and turn.get(role_key) in ("human", "user"):
+            # The first user turn is the prompt, even when empty (then the record is skipped):
+            # a later turn answers the model and would not be the conversation's opening.
+            return _turn_text(turn.get(text_key))
+    return None
+
+
+def _record(obj: object, where: str) -> PromptRecord | None:
+    """The record ``obj`` (``None``: a conversation without a usable user turn, skipped)."""
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where}: {_EXPECTED}")
+    category = obj.get("category", DEFAULT_CATEGORY)
+    if not isinstance(category, str) or not category:
+        raise ConfigError(f"{where}: 'category' must be a non-empty string, got {category!r}")
+    if "conversations" in obj:
+        text = _first_user_turn(obj["conversations"], "from", "value")
+    elif "messages" in obj:
+        text = _first_user_turn(obj["messages"], "role", "content")
+    else:
+        plain = obj.get("prompt", obj.get("text"))
+        if not isinstance(plain, str) or not plain:
+            raise ConfigError(f"{where}: {_EXPECTED}")
+        text = plain
+    return None if text is None else PromptRecord(text=text, category=category)
+
+
+def _parse(path: pathlib.Path) -> list[tuple[str, object]]:
+    """The file's objects with where each came from: a JSON array or JSON Lines."""
+    raw = path.read_text(encoding="utf-8")
+    if raw.lstrip().startswith("["):
+        try:
+            items = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
+        return [(f"{path}: record {i}", obj) for i, obj in enumerate(items, start=1)]
+    objs: list[tuple[str, object]] = []
+    for lineno, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            objs.append((f"{path}:{lineno}", json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+    return objs
+
+
 @functools.lru_cache(maxsize=16)
-def load_prompts(name_or_path: str) -> tuple[str, ...]:
-    """Load a prompt set.
+def load_dataset(name_or_path: str) -> tuple[PromptRecord, ...]:
+    """Load a prompt set with each record's category.
 
     Args:
-        name_or_path: a built-in name (``"default"``: 64 varied long-answer prompts) or the path
-            of a JSONL file whose lines are objects with a ``"prompt"`` (or ``"text"``) string.
+        name_or_path: a built-in name (``"default"``: 64 varied long-answer prompts;
+            ``"mixed"``: 48 prompts, 12 each of ``code``, ``math``, ``chat``, ``long-form``) or
+            the path of a file: JSON Lines or a JSON array of records, each either
+            ``{"prompt": ...}`` (or ``"text"``), ShareGPT ``{"conversations": [{"from":
+            "human", "value": ...}, ...]}`` or OpenAI ``{"messages": [{"role": "user",
+            "content": ...}, ...]}``, with an optional ``"category"`` string (``"default"``
+            when absent). A conversation's prompt is its first human / user turn; a
+            conversation without one is skipped.
 
     Returns:
-        The prompts, in file order.
+        The records, in file order.
 
     Raises:
-        ConfigError: the name is unknown, the file is missing or a line is malformed.
+        ConfigError: the name is unknown, the file is missing, a record is malformed or no
+            record has a prompt.
 
     Example:
-        >>> len(load_prompts("default"))
-        64
+        >>> sorted({r.category for r in load_dataset("mixed")})
+        ['chat', 'code', 'long-form', 'math']
     """
     path = _BUILTIN_DIR / f"{name_or_path}.jsonl"
     if not path.is_file():
@@ -52,23 +137,32 @@ def load_prompts(name_or_path: str) -> tuple[str, ...]:
     if not path.is_file():
         raise ConfigError(
             f"prompt set {name_or_path!r}: neither a built-in set "
-            f"({', '.join(builtin_prompt_sets())}) nor an existing JSONL file"
+            f"({', '.join(builtin_prompt_sets())}) nor an existing JSON / JSONL file"
         )
-    prompts: list[str] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-        text = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
-        if not isinstance(text, str) or not text:
-            raise ConfigError(f"{path}:{lineno}: expected an object with a 'prompt' string")
-        prompts.append(text)
-    if not prompts:
+    objs = _parse(path)
+    if not objs:
         raise ConfigError(f"{path}: the prompt set is empty")
-    return tuple(prompts)
+    records = [r for where, obj in objs if (r := _record(obj, where)) is not None]
+    if not records:
+        raise ConfigError(f"{path}: no record has a user turn; {_EXPECTED}")
+    return tuple(records)
+
+
+@functools.lru_cache(maxsize=16)
+def load_prompts(name_or_path: str) -> tuple[str, ...]:
+    """Load a prompt set's texts (see :func:`load_dataset` for the names and formats).
+
+    Returns:
+        The prompts, in file order.
+
+    Raises:
+        ConfigError: as :func:`load_dataset`.
+
+    Example:
+        >>> len(load_prompts("default"))
+        64
+    """
+    return tuple(r.text for r in load_dataset(name_or_path))
 
 
 @dataclasses.dataclass(frozen=True)
