@@ -115,3 +115,27 @@ def test_sharegpt_round_trips_to_first_human_turns(
     else:
         with pytest.raises(ConfigError, match="no record has a user turn"):
             load_prompts(str(path))
+
+
+def test_the_cli_refuses_a_conversation_file_without_user_turns(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit 2 before Ray starts, one line naming the key and the file."""
+    import ray
+
+    from tests.test_bad_input_preflight import experiment
+    from tests.test_bad_input_preflight import port
+    from tests.test_bad_input_preflight import refused
+
+    started: list[object] = []
+    monkeypatch.setattr(ray, "init", lambda *a, **k: started.append((a, k)))
+    data = _jsonl(
+        tmp_path / "gpt_only.jsonl", [{"messages": [{"role": "assistant", "content": "x"}]}]
+    )
+    line = refused(
+        [experiment(tmp_path), f"bench.prompts={data}", port()],
+        capsys,
+        "bench.prompts: ",
+    )
+    assert "gpt_only.jsonl: no record has a user turn" in line
+    assert started == []
