@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -14,6 +17,19 @@ import yaml
 from rayspec.testing._twin import free_port_block  # noqa: F401  (tests import it from here)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """Import ``benchmarks/<name>.py`` (not a package) as module ``benchmark_<name>``."""
+    path = os.path.join(REPO, "benchmarks", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 TWIN_EXPERIMENT = os.path.join(REPO, "experiments", "eagle3-twin.yaml")
 FIELD_EXPERIMENT = os.path.join(REPO, "experiments", "eagle3.yaml")
 

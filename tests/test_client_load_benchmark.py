@@ -4,26 +4,17 @@ promised columns and its workers overlap (no timing assertions)."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import os
-import sys
 from types import ModuleType
 
 import pytest
 
 from rayspec.testing._twin import TwinProcess
-from tests.helpers import REPO
+from tests.helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    path = os.path.join(REPO, "benchmarks", "client_load.py")
-    spec = importlib.util.spec_from_file_location("benchmark_client_load", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("client_load")
 
 
 def test_mean_in_flight_is_time_weighted(bench: ModuleType) -> None:

@@ -3,27 +3,18 @@ study is run here, only the noise-free model the table is judged against."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from types import ModuleType
 
 import pytest
 
 from rayspec._types import Candidate
 from rayspec.twin import load_profile
-from tests.helpers import REPO
+from tests.helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    path = os.path.join(REPO, "benchmarks", "search_efficiency.py")
-    spec = importlib.util.spec_from_file_location("benchmark_search_efficiency", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("search_efficiency")
 
 
 def _hand_tuned(bench: ModuleType, case: str) -> Candidate:
