@@ -3,23 +3,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-import sys
-from types import ModuleType
 
 from tests.helpers import REPO
-
-
-def _benchmark(name: str) -> ModuleType:
-    path = os.path.join(REPO, "benchmarks", f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_benchmark
 
 
 def _readme() -> str:
@@ -28,7 +16,7 @@ def _readme() -> str:
 
 
 def test_search_efficiency_study_counts() -> None:
-    bench = _benchmark("search_efficiency")
+    bench = load_benchmark("search_efficiency")
     defaults = bench.parser().parse_args([])
     strategies = len(defaults.strategies.split(","))
     cases = defaults.cases.split(",")
@@ -48,7 +36,7 @@ def test_search_efficiency_study_counts() -> None:
 
 
 def test_scaling_figures_and_results_file() -> None:
-    bench = _benchmark("scaling")
+    bench = load_benchmark("scaling")
     defaults = bench.parser().parse_args([])
     text = _readme()
     assert (
