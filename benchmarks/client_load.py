@@ -156,8 +156,8 @@ def main() -> None:
     if ns.write:
         with open(RESULTS, "w") as fh:
             fh.write(
-                "Measured on the busy, shared 2-core dev machine (about 6 engineers on it): "
-                "figures move between runs.\n" + text
+                "One run (the line below says the machine and its load): CPU figures move "
+                "between runs on a shared machine.\n" + text
             )
 
 
