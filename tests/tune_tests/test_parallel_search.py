@@ -21,7 +21,7 @@ def test_four_slots_never_run_one_configuration_twice_and_share_one_budget(tmp_p
         f"output.dir={tmp_path}", "study.max_restarts=20", "bench.repeats=3",
         "bench.max_tokens=100",
     ])  # fmt: skip
-    trials = SlottedTrials()
+    trials = SlottedTrials(overlap=4)  # the overlap does not rest on this machine's speed
     outcome = run_study(cfg, trial_fn=trials, slots=4, printer=lambda _line: None)
     assert trials.peak == 4  # the slots were used at once
     assert trials.twice == []
@@ -30,11 +30,6 @@ def test_four_slots_never_run_one_configuration_twice_and_share_one_budget(tmp_p
     assert outcome.restarts == 20 or outcome.stopped.startswith("converged")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="timing-dependent: on one commit it failed 3 runs of 4 on the 2026-12-03 machine "
-    "(peak 2 trials at once of 3 slots; 0.3 s holds) and passed the 4th: open, stop 24's note",
-)
 def test_the_slot_count_may_change_while_the_study_runs(tmp_path) -> None:
     """A function for ``slots`` (a cluster whose nodes come and go) is asked again: one slot,
     then three."""
@@ -42,7 +37,7 @@ def test_the_slot_count_may_change_while_the_study_runs(tmp_path) -> None:
         f"output.dir={tmp_path}", "study.max_restarts=12", "bench.repeats=3",
         "bench.max_tokens=100",
     ])  # fmt: skip
-    trials = SlottedTrials()
+    trials = SlottedTrials(overlap=3)
     asked = {"n": 0}
 
     def slots() -> int:
@@ -83,7 +78,7 @@ def test_optunas_samplers_never_run_a_configuration_that_runs_in_another_slot(
     from rayspec.store import ParquetTrialStore
 
     cfg = _small_space(tmp_path, sampler)
-    trials = SlottedTrials()
+    trials = SlottedTrials(overlap=4)  # the overlap does not rest on this machine's speed
     outcome = run_study(cfg, trial_fn=trials, slots=4, printer=lambda _line: None)
     assert trials.peak > 1 and trials.twice == []
     handle = open_study(cfg, SearchSpace.from_config(cfg.search))
@@ -113,7 +108,7 @@ def test_the_grid_walks_a_space_of_trees_to_its_end(tmp_path) -> None:
         bench={"warmup": 0, "repeats": 1, "max_repeats": 1, "max_tokens": 20},
     )  # fmt: skip
     cfg = load_config(write_experiment(str(tmp_path), doc))
-    trials = SlottedTrials()
+    trials = SlottedTrials(overlap=4)  # the overlap does not rest on this machine's speed
     outcome = run_study(cfg, trial_fn=trials, slots=4, printer=lambda _line: None)
     assert outcome.stopped == "every configuration of the grid was tried"
     assert trials.twice == [] and trials.peak > 1
