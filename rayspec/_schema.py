@@ -28,6 +28,7 @@ __all__ = [
     "OutputConfig",
     "SPEC_ALGORITHMS",
     "SPEC_MODES",
+    "SLO_KEYS",
     "SPEC_OFF",
     "Sampler",
     "ScenarioConfig",
@@ -50,7 +51,9 @@ SPEC_MODES = (*SPEC_ALGORITHMS, *(f"{a}{ADAPTIVE_SUFFIX}" for a in SPEC_ALGORITH
 OVERLAP_CHOICES = ("on", "off")
 
 # Per-trial metrics a study can maximise (output tok/s of the objective scenario).
-OBJECTIVES = ("tok_s_mean", "tok_s_min", "tok_s_ci95_low", "tok_s_peak")
+OBJECTIVES = ("tok_s_mean", "tok_s_min", "tok_s_ci95_low", "tok_s_peak", "goodput")
+# study.slo's keys: the p99 over a trial's requests each must stay within (ms).
+SLO_KEYS = ("ttft_p99_ms", "itl_p99_ms")
 
 
 class Engine(str, enum.Enum):
@@ -89,6 +92,10 @@ class StudyConfig:
     # The objective: a per-trial metric of one scenario ("" = the first), maximised.
     objective: str = "tok_s_mean"
     objective_scenario: str = ""
+    # A latency SLO (any of SLO_KEYS, ms): a trial whose p99 over its requests misses one is
+    # infeasible (an Optuna constraint; never picked while a feasible one exists), and
+    # objective goodput counts only the tokens of the requests that met it (bench/_slo.py).
+    slo: dict[str, float] = field(default_factory=dict)
     # Stop a trial after a run once it cannot beat the incumbent (one-sided 99 % bound).
     pruning: bool = True
     prune_min_runs: int = 1

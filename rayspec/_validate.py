@@ -19,6 +19,7 @@ from rayspec._exceptions import ConfigError
 from rayspec._schema import ADAPTIVE_SUFFIX
 from rayspec._schema import OBJECTIVES
 from rayspec._schema import OVERLAP_CHOICES
+from rayspec._schema import SLO_KEYS
 from rayspec._schema import SPEC_MODES
 from rayspec._schema import SPEC_OFF
 from rayspec._schema import UNSET
@@ -281,6 +282,7 @@ def validate(cfg: ExperimentConfig) -> None:
             raise _fail(f"{key}.request_rate", "must be a positive number of requests/s")
     if s.objective not in OBJECTIVES:
         raise _fail("study.objective", f"{s.objective!r} is not one of {', '.join(OBJECTIVES)}")
+    _validate_slo(cfg)
     if s.objective_scenario and s.objective_scenario not in [sc.name for sc in cfg.scenarios()]:
         raise _fail(
             "study.objective_scenario",
@@ -307,6 +309,23 @@ def validate(cfg: ExperimentConfig) -> None:
             "cluster.node_resource",
             f"{res!r} is not a custom resource name (letters, digits, _ . - / :; not "
             f"{', '.join(_RAY_BUILTIN_RESOURCES)}), e.g. node_resource=h200",
+        )
+
+
+def _validate_slo(cfg: ExperimentConfig) -> None:
+    """``study.slo``: known keys, positive finite milliseconds; ``goodput`` needs one."""
+    slo = cfg.study.slo
+    for key, value in slo.items():
+        if key not in SLO_KEYS:
+            raise _fail(f"study.slo.{key}", f"unknown key; expected {' or '.join(SLO_KEYS)}")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _fail(f"study.slo.{key}", f"{value!r} must be a positive number of ms")
+        if not (math.isfinite(value) and value > 0):
+            raise _fail(f"study.slo.{key}", f"{value} must be a positive number of ms")
+    if cfg.study.objective == "goodput" and not slo:
+        raise _fail(
+            "study.objective",
+            f"goodput needs study.slo (one or more of {', '.join(SLO_KEYS)}, in ms)",
         )
 
 

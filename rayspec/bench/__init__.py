@@ -38,6 +38,10 @@ from rayspec.bench._runner import parse_metrics
 from rayspec.bench._runner import raise_for_failure
 from rayspec.bench._runner import run_benchmark
 from rayspec.bench._runner import run_benchmark_detailed
+from rayspec.bench._slo import SLO_METRICS
+from rayspec.bench._slo import meets_slo
+from rayspec.bench._slo import per_run_goodput
+from rayspec.bench._slo import slo_metrics
 from rayspec.bench._stats import Comparison
 from rayspec.bench._stats import compare
 from rayspec.bench._stats import mean_ci95
@@ -58,6 +62,7 @@ __all__ = [
     "RequestInput",
     "RunReport",
     "RunSync",
+    "SLO_METRICS",
     "Scenario",
     "Shard",
     "StreamClient",
@@ -73,8 +78,10 @@ __all__ = [
     "load_dataset",
     "load_prompts",
     "mean_ci95",
+    "meets_slo",
     "merge_results",
     "parse_metrics",
+    "per_run_goodput",
     "per_run_tok_s",
     "raise_for_failure",
     "request_input",
@@ -82,6 +89,7 @@ __all__ = [
     "run_benchmark_detailed",
     "run_sharded",
     "run_tok_s",
+    "slo_metrics",
     "summarize",
     "t_cdf",
     "t_ppf",

@@ -47,6 +47,8 @@ def _flags(data: StudyData, row: Row) -> list[str]:
         flags.append("best estimate, not picked")  # fmt: skip
     if row.role:
         flags.append(row.role)
+    if not row.feasible:
+        flags.append("misses the SLO")
     if within_noise(row, report.baseline):
         flags.append("within noise of the baseline")
     by_trial = {r.trial: r for r in data.records}

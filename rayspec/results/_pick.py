@@ -88,6 +88,7 @@ def observations_from_records(
                 launched=r.launched,
                 accept_length=_f(r.result.metrics.get("accept_length")),
                 accept_histogram=r.histogram,
+                feasible=not _f(r.result.metrics.get("slo_violation")) > 0,
             )
         )
     return out
@@ -149,6 +150,7 @@ def build_report(
             reused_by=tuple(sorted(
                 {t for r in measured for t in reused.get(r.candidate_key, ())}
             )),
+            feasible=point.feasible,
         )  # fmt: skip
     baseline_key = next((k for k, r in rows.items() if r.role == "baseline"), None)
     if baseline_key is not None:

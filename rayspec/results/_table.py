@@ -48,6 +48,7 @@ class Row:
     per_scenario: tuple[tuple[str, float], ...] = ()
     alarm: str = ""  # the acceptance alarm's hint, when one of its trials raised it
     reused_by: tuple[int, ...] = ()
+    feasible: bool = True  # every start met study.slo (False: never picked while one did)
 
     @property
     def trial(self) -> int:

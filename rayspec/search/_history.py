@@ -10,10 +10,12 @@ unless the evidence says it beats it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rayspec._plural import plural
@@ -35,6 +37,7 @@ __all__ = [
     "Observation",
     "Pick",
     "Point",
+    "feasible_only",
     "lower_bound",
     "pick",
     "weigh",
@@ -85,6 +88,7 @@ class Observation:
         accept_length: the trial's mean accept length (NaN without speculation).
         accept_histogram: its measured verify steps by drafts accepted (None without
             speculation or when the engine does not report it).
+        feasible: False when it missed ``study.slo`` (its p99s over its requests).
     """
 
     trial: int
@@ -96,6 +100,7 @@ class Observation:
     launched: bool = True
     accept_length: float = math.nan
     accept_histogram: tuple[int, ...] | None = None
+    feasible: bool = True
 
     @property
     def key(self) -> str:
@@ -125,6 +130,7 @@ class Point:
     floor: bool  # the baseline or an enqueued configuration
     complete: bool  # at least one start ran every planned run (not only pruned ones)
     lattice: Lattice = ((), ())  # the surface it lies on: (NCCL class, flags)
+    feasible: bool = True  # every start of it met study.slo (one miss: it may miss in service)
 
 
 def _shrink_contenders(points: dict[str, Point]) -> dict[str, Point]:
@@ -153,7 +159,7 @@ def _shrink_contenders(points: dict[str, Point]) -> dict[str, Point]:
         w = tau2 / (tau2 + e.sd**2)
         shrunk = Estimate(math.exp(m0 + w * (e.log_mean - m0)), math.sqrt(w) * e.sd,
                           e.starts, e.runs, e.within)  # fmt: skip
-        out[p.key] = Point(p.key, p.candidate, shrunk, p.trials, p.floor, p.complete)
+        out[p.key] = dataclasses.replace(p, estimate=shrunk, lattice=((), ()))
     return out
 
 
@@ -205,7 +211,7 @@ def _smooth(
         means, sds = surface.predict([spec_features(p.candidate.spec)])
         e = p.estimate
         smoothed = Estimate(math.exp(float(means[0])), float(sds[0]), e.starts, e.runs, e.within)
-        out[p.key] = Point(p.key, p.candidate, smoothed, p.trials, p.floor, p.complete, p.lattice)
+        out[p.key] = dataclasses.replace(p, estimate=smoothed)
     return out
 
 
@@ -270,12 +276,15 @@ def weigh(
     same = equivalent or _same
     groups: dict[str, list[Start]] = {}
     info: dict[str, tuple[Candidate, list[int], bool, bool]] = {}
+    infeasible: set[str] = set()
     for o in observations:
         if not o.measured:
             continue
         key = canonical_key(_normalise(o.candidate, same))
         runs = tuple(v for v in o.runs if v > 0 and math.isfinite(v))
         groups.setdefault(key, []).append(Start(o.trial, runs))
+        if not o.feasible:
+            infeasible.add(key)
         cand, trials, floor, complete = info.get(key, (o.candidate, [], False, False))
         info[key] = (
             cand,
@@ -291,7 +300,8 @@ def weigh(
             continue
         cand, trials, floor, complete = info[key]
         lattice = (same(cand.nccl_env), cand.flags)
-        points[key] = Point(key, cand, est, tuple(trials), floor, complete, lattice)
+        points[key] = Point(key, cand, est, tuple(trials), floor, complete, lattice,
+                            feasible=key not in infeasible)  # fmt: skip
     if not smooth:
         return Evidence(_shrink_contenders(points), noise, {}, same)
     surfaces = _fit_surfaces(points, groups, noise)
@@ -341,11 +351,13 @@ def pick(
     the between-start noise is the prior's, so one start is judged at 3x its sd.
 
     Only points with at least one complete start compete (a pruned start is evidence
-    against a point, never enough for it).
+    against a point, never enough for it), and of those only the ones that met ``study.slo``
+    while any did (:func:`feasible_only`); when none did, the note says so.
     """
     complete = [p for p in points.values() if p.complete]
     if not complete:
         return None
+    complete, slo_note = feasible_only(complete)
     ranked = sorted(complete, key=lambda p: -lower_bound(p))
     best = max(complete, key=lambda p: p.estimate.log_mean)
     chosen, note = ranked[0], ""
@@ -389,7 +401,21 @@ def pick(
                 "cheaper (fewer draft tokens / steps): picked, as study.pick_margin asks"
             )
             chosen = cheapest
+    if slo_note:
+        note = f"{slo_note}; {note}" if note else slo_note
     return Pick(chosen, best, note)
+
+
+def feasible_only(points: Sequence[Point]) -> tuple[list[Point], str]:
+    """The points that met ``study.slo``, or all of them with a note when none did."""
+    feasible = [p for p in points if p.feasible]
+    if feasible:
+        return feasible, ""
+    return list(points), (
+        "no configuration met study.slo: the pick is the best of the infeasible ones"
+        if points
+        else ""
+    )
 
 
 def _floor_confidence(p: Point, floor: Point, widen: float) -> float:

@@ -56,6 +56,7 @@ from rayspec.search._history import Env
 from rayspec.search._history import Evidence
 from rayspec.search._history import Observation
 from rayspec.search._history import Point
+from rayspec.search._history import feasible_only
 from rayspec.search._history import pick
 from rayspec.search._history import weigh
 from rayspec.search._online import Measured
@@ -516,7 +517,7 @@ class StructuredSearch(Strategy):
         )
 
     def _incumbent(self, view: _View) -> Point | None:
-        complete = [p for p in view.points.values() if p.complete]
+        complete, _ = feasible_only([p for p in view.points.values() if p.complete])
         return max(complete, key=lambda p: p.estimate.log_mean) if complete else None
 
     def _neighbours(self, spec: SpecSettings) -> list[SpecSettings]:
@@ -608,11 +609,15 @@ class StructuredSearch(Strategy):
             # still be started again if it could beat the pick.
             if p.key == ref.key or p.key in view.busy or p.estimate.starts >= self.max_starts:
                 continue
+            if ref.feasible and not p.feasible:  # another start cannot undo a missed SLO
+                continue
             proposal = Proposal(p.candidate, f"re-measure a contender (trial {p.trials[0]})",
                                 repeat_of=p.trials[0])  # fmt: skip
             risk = prob_better(p.estimate, ref.estimate, margin=self.band)
             out.append(_Rival(risk, proposal, p, f"trial {p.trials[0]}"))
-        specs = [p for p in view.points.values() if p.candidate.spec is not None and p.complete]
+        specs, _ = feasible_only(
+            [p for p in view.points.values() if p.candidate.spec is not None and p.complete]
+        )
         specs.sort(key=lambda p: -p.estimate.log_mean)
         seen: set[str] = set()
         for p in specs[:_EXPLORE_AROUND]:

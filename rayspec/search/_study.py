@@ -13,6 +13,9 @@ How outcomes are told (:meth:`StudyHandle.tell`):
   trials below every feasible one), so a configuration that cannot run teaches the sampler to
   stay away; ``study.best_trial`` and optuna-dashboard show the trial as infeasible. The
   Parquet row and the ``state`` user attribute keep rayspec's FAIL and its reason.
+- A measured trial (COMPLETE, PRUNED) of a study with ``study.slo`` also carries the
+  constraint ``slo``: its ``slo_violation`` (the largest p99 / limit - 1; > 0 misses the SLO),
+  so TPE ranks a configuration that misses the SLO below every one that meets it.
 - FAIL because the driver stopped (interrupted) or the trial's node died (node_lost): Optuna's
   FAIL; the configuration is queued again (a lost node's trial once), and says nothing about
   the configuration.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -60,6 +64,7 @@ __all__ = [
     "ATTR_FAILURE",
     "ATTR_KEY",
     "ATTR_RETRY_OF",
+    "CONSTRAINT_SLO",
     "StoredTrial",
     "StudyHandle",
     "TrialHandle",
@@ -81,6 +86,7 @@ ATTR_RESTART = "restart"
 ATTR_LAUNCH = "launch"
 ROLE_BASELINE_AGAIN = "baseline#2"
 CONSTRAINT_FAILED = "failed"
+CONSTRAINT_SLO = "slo"  # study.slo: the trial's slo_violation (> 0: infeasible)
 # Trial metrics copied to each trial's user attributes (optuna-dashboard shows them; a trial
 # file rebuilt from the journal has them).
 TRIAL_METRIC_ATTRS = (
@@ -273,7 +279,8 @@ class StudyHandle:
         """The first successfully measured trial of each canonical candidate."""
         seen: dict[str, StoredTrial] = {}
         for t in self._study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE,)):
-            if t.constraints and any(v > 0 for v in t.constraints.values()):
+            # A trial that missed the SLO was measured all the same: its result is reused.
+            if t.constraints and t.constraints.get(CONSTRAINT_FAILED, 0) > 0:
                 continue
             key = t.user_attrs.get(ATTR_KEY)
             if key and key not in seen:
@@ -345,6 +352,10 @@ class StudyHandle:
     def tell(self, trial: TrialHandle, result: TrialResult) -> None:
         """Record ``result``: the one place an outcome becomes an Optuna state."""
         self._set_attrs(trial, result)
+        violation = result.metrics.get("slo_violation")
+        measured = result.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        if measured and violation is not None and math.isfinite(violation):
+            trial._trial.set_constraint(CONSTRAINT_SLO, float(violation))
         if result.state is TrialState.COMPLETE:
             self._study.tell(trial.number, result.value, skip_if_finished=True)
         elif result.state is TrialState.PRUNED:

@@ -103,8 +103,16 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "requests_ok", "requests_failed", "runs", "output_tokens",
 )  # fmt: skip
 
+# bench/_slo.py's keys, per scenario as SUMMARY_METRICS are (the SLO's only with study.slo;
+# the per-user decode rate always).
+SLO_SUMMARY_METRICS: tuple[str, ...] = (
+    "goodput", "slo_met_frac", "slo_ttft_p99_ms", "slo_itl_p99_ms", "slo_violation",
+    "user_tok_s_mean",
+)  # fmt: skip
+
 TRIAL_METRICS: tuple[str, ...] = (
     *SUMMARY_METRICS,
+    *SLO_SUMMARY_METRICS,
     # the server's own view (tune/_trial.py)
     "server_accept_length", "server_gen_throughput", "metrics_spec_accept_length",
     "metrics_gen_throughput", "log_accept_len_mean", "log_gen_throughput_mean",
@@ -131,6 +139,9 @@ def trial_schema(scenarios: Sequence[str] = ()) -> pa.Schema:
     """
     fields = list(TRIAL_SCHEMA) + [pa.field(m, pa.float64()) for m in TRIAL_METRICS]
     fields += [pa.field(f"{sc}__{m}", pa.float64()) for sc in scenarios for m in SUMMARY_METRICS]
+    fields += [
+        pa.field(f"{sc}__{m}", pa.float64()) for sc in scenarios for m in SLO_SUMMARY_METRICS
+    ]
     return pa.schema(fields)
 
 

@@ -18,6 +18,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
+from rayspec.bench import per_run_goodput
 from rayspec.bench import per_run_tok_s
 from rayspec.results import observations_from_records
 from rayspec.search import Equivalence
@@ -93,9 +94,14 @@ class Recorder:
 
     def __call__(self, trial: TrialHandle, result: TrialResult, reused_from: int | None) -> None:
         cfg, ledger, budget = self.cfg, self.ledger, self.budget
-        runs = [
-            v for v in per_run_tok_s(result.requests, self._scenario).values() if math.isfinite(v)
-        ]
+        # The objective's per-run values: goodput's when it is the objective (the structured
+        # search and the pick then weigh goodput), the throughput's otherwise.
+        per_run = (
+            per_run_goodput(result.requests, cfg.study.slo, self._scenario)
+            if cfg.study.objective == "goodput"
+            else per_run_tok_s(result.requests, self._scenario)
+        )
+        runs = [v for v in per_run.values() if math.isfinite(v)]
         if result.state in (TrialState.COMPLETE, TrialState.PRUNED) and runs:
             metrics = dict(result.metrics) | ledger.comparisons(runs)
             result = dataclasses.replace(result, metrics=metrics)

@@ -41,6 +41,7 @@ from rayspec.bench import BenchPlan
 from rayspec.bench import BenchResult
 from rayspec.bench import Scenario
 from rayspec.bench import first_failure
+from rayspec.bench import slo_metrics
 from rayspec.bench import summarize
 from rayspec.bench._protocol import RunPlan
 from rayspec.bench._protocol import Watch
@@ -412,8 +413,11 @@ def trial_result(
     records = tuple(bench.records)
     scenarios = [sc.name for sc in cfg.scenarios()]
     metrics = dict(summarize(records, scenario=scenarios[0]))
+    metrics.update(_slo_view(cfg, records, scenarios[0]))
     for name in scenarios[1:]:
         for key, value in summarize(records, scenario=name).items():
+            metrics[f"{name}__{key}"] = value
+        for key, value in _slo_view(cfg, records, name).items():
             metrics[f"{name}__{key}"] = value
     metrics.update(view)
     measured = [r for r in bench.runs if r.run >= 0]
@@ -451,6 +455,15 @@ def trial_result(
         server_info=json.dumps(info, default=str)[:20000],
         node=node,
     )
+
+
+def _slo_view(
+    cfg: ExperimentConfig, records: Sequence[RequestRecord], scenario: str
+) -> dict[str, float]:
+    """The per-user decode rate (the report's Pareto table); with ``study.slo``, goodput and
+    the SLO's p99s and violation too (bench/_slo.py)."""
+    out = slo_metrics(records, cfg.study.slo, scenario=scenario)
+    return out if cfg.study.slo else {"user_tok_s_mean": out["user_tok_s_mean"]}
 
 
 def _death_reason(server: Any) -> FailureReason:
