@@ -63,7 +63,7 @@ def _goodput(records: Sequence[RequestRecord], slo: Mapping[str, float]) -> floa
     if not math.isfinite(tok_s) or tokens <= 0:
         return tok_s
     good = sum(r.completion_tokens for r in ok if meets_slo(r, slo))
-    return tok_s * good / tokens
+    return tok_s if good == tokens else tok_s * good / tokens
 
 
 def per_run_goodput(
