@@ -11,9 +11,11 @@ from typing import Any
 
 from rayspec._types import TrialState
 from rayspec.results import ABOVE_PEAK_WHY
+from rayspec.results import ParetoPoint
 from rayspec.results import above_peak
 from rayspec.results import gains
 from rayspec.results import interval
+from rayspec.results import pareto_points
 from rayspec.results import tie_note
 from rayspec.results import vs_baseline
 from rayspec.results import within_noise
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from rayspec.report._plots import Plot
     from rayspec.results import Row
 
-__all__ = ["ABOVE_PEAK_MARK", "render", "table_rows"]
+__all__ = ["ABOVE_PEAK_MARK", "pareto_data", "pareto_table", "render", "table_rows"]
 
 ABOVE_PEAK_MARK = "†"  # after an estimate above its row's own peak; the footnote says why
 
@@ -146,6 +148,43 @@ def _gains(data: StudyData) -> list[str]:
     return lines
 
 
+def pareto_data(data: StudyData) -> tuple[list[ParetoPoint], bool]:
+    """Each configuration at each load as (tok/s per GPU, tok/s per user), front marked;
+    and whether the study had an SLO (``slo_violation`` stored)."""
+    prefixed = sorted({
+        k.split("__", 1)[0] for r in data.records for k in r.result.metrics
+        if k.endswith("__tok_s_mean")
+    })  # fmt: skip
+    first = next((sc for sc in data.concurrency if sc not in prefixed), "objective")
+    gpus = int(data.attrs.get("tp_size") or 1)
+    points = pareto_points(data.report, data.records, [first, *prefixed], gpus)
+    slo = any(math.isfinite(float(r.result.metrics.get("slo_violation", math.nan)))
+              for r in data.records)  # fmt: skip
+    return points, slo
+
+
+def pareto_table(data: StudyData) -> list[str]:
+    """The Pareto table's lines (none when no configuration was measured)."""
+    points, slo = pareto_data(data)
+    if not points:
+        return []
+    lines = [
+        "| trials | config | load | tok/s per GPU | tok/s per user | front |"
+        + (" meets SLO |" if slo else ""),
+        "|---|---|---|---|---|---|" + ("---|" if slo else ""),
+    ]
+    for p in sorted(points, key=lambda p: (not p.on_front, -p.tok_s_per_gpu, -p.user_tok_s)):
+        conc = data.concurrency.get(p.scenario)
+        load = p.scenario + (f" (concurrency {conc})" if conc else "")
+        lines.append(
+            f"| {','.join(map(str, p.trials))} | {_cell(p.label)} | {_cell(load)} | "
+            f"{_num(p.tok_s_per_gpu, '.2f')} | {_num(p.user_tok_s)} | "
+            f"{'**front**' if p.on_front else ''} |"
+            + ((" yes |" if p.feasible else " no |") if slo else "")
+        )
+    return lines
+
+
 def _engine_line(data: StudyData) -> str:
     attrs = data.attrs
     engine = str(attrs.get("engine") or next(
@@ -223,6 +262,17 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
             "ratio's 95 % interval holds both estimates' uncertainty."
         )
         lines += [""] + _gains(data)
+    pareto = pareto_table(data)
+    if pareto:
+        gpus = int(data.attrs.get("tp_size") or 1)
+        lines += ["", "## Throughput against interactivity", ""]
+        lines.append(
+            f"Each configuration at each load: output tok/s per GPU (the server's over its "
+            f"{gpus} GPUs) against tok/s per user (a request's decode rate after its first "
+            "token), both means over the configuration's trials. **front** marks the Pareto "
+            "front: no other point is at least as good on both and better on one."
+        )
+        lines += [""] + pareto
     failures = [r for r in data.rows if r["state"] == "FAIL" and r.get("failure_detail")]
     if failures:
         lines += ["", "## Failures", ""]

@@ -505,6 +505,40 @@ def plot_concurrency(data: StudyData, path: str) -> Plot:
     return Plot(_name(path), title, caption, path=_save(fig, path))
 
 
+def plot_pareto(data: StudyData, path: str) -> Plot:
+    from rayspec.report._markdown import pareto_data
+
+    title = "Throughput against interactivity"
+    caption = (
+        "Each configuration at each load: output tok/s per GPU against tok/s per user (a "
+        "request's decode rate). The Pareto front's points are ringed and joined; a hollow marker "
+        "missed study.slo."
+    )
+    points, _ = pareto_data(data)
+    if not points:
+        return Plot(_name(path), title, caption, skipped="no configuration was measured")
+    fig = _figure(7.0, 4.8)
+    ax = fig.add_subplot()
+    scenarios = list(dict.fromkeys(p.scenario for p in points))
+    for i, sc in enumerate(scenarios):
+        mine = [p for p in points if p.scenario == sc]
+        color = f"C{i % 10}"
+        for hollow in (False, True):
+            sel = [p for p in mine if (not p.feasible) is hollow]
+            if sel:
+                ax.scatter([p.user_tok_s for p in sel], [p.tok_s_per_gpu for p in sel], s=28,
+                           facecolors="none" if hollow else color, edgecolors=color,
+                           label=None if hollow else sc)  # fmt: skip
+    front = sorted((p for p in points if p.on_front), key=lambda p: p.user_tok_s)
+    ax.plot([p.user_tok_s for p in front], [p.tok_s_per_gpu for p in front], color=PICK_COLOR,
+            lw=1.2, marker="o", ms=11, mfc="none", label="Pareto front")  # fmt: skip
+    ax.set_xlabel("tok/s per user (decode rate of one request)")
+    ax.set_ylabel("output tok/s per GPU")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return Plot(_name(path), title, caption, path=_save(fig, path))
+
+
 PLOTS: tuple[tuple[str, Callable[[StudyData, str], Plot]], ...] = (
     ("history.png", plot_history),
     ("runs.png", plot_runs),
@@ -512,6 +546,7 @@ PLOTS: tuple[tuple[str, Callable[[StudyData, str], Plot]], ...] = (
     ("accept_length.png", plot_accept_length),
     ("importances.png", plot_importances),
     ("concurrency.png", plot_concurrency),
+    ("pareto.png", plot_pareto),
 )
 """The report's plots, in the report's order: (file name, drawing function)."""
 

@@ -13,6 +13,9 @@ from rayspec.results._deploy import deploy_config
 from rayspec.results._deploy import deploy_script
 from rayspec.results._deploy import twin_script
 from rayspec.results._deploy import write_best
+from rayspec.results._pareto import ParetoPoint
+from rayspec.results._pareto import pareto_front
+from rayspec.results._pareto import pareto_points
 from rayspec.results._pick import GATE_UNCHECKED
 from rayspec.results._pick import build_report
 from rayspec.results._pick import candidate_reader
@@ -41,6 +44,7 @@ __all__ = [
     "GATE_UNCHECKED",
     "Gain",
     "MODEL_PLACEHOLDER",
+    "ParetoPoint",
     "WITHIN_NOISE",
     "Row",
     "StudyReport",
@@ -55,6 +59,8 @@ __all__ = [
     "load_equivalence",
     "load_space",
     "observations_from_records",
+    "pareto_front",
+    "pareto_points",
     "prob_faster",
     "save_space",
     "tie_note",
