@@ -217,6 +217,8 @@ def _summary(data: StudyData) -> list[str]:
     ]
     if data.attrs.get("bench"):
         lines.append(f"- benchmark: {data.attrs['bench']}")
+    if data.attrs.get("slo"):
+        lines.append(f"- SLO (p99 over each trial's requests, ms): {data.attrs['slo']}")
     best, base = report.best, report.baseline
     if best is None:
         lines.append("- pick: none (no configuration completed)")

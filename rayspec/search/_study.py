@@ -92,7 +92,7 @@ CONSTRAINT_SLO = "slo"  # study.slo: the trial's slo_violation (> 0: infeasible)
 TRIAL_METRIC_ATTRS = (
     "tok_s_mean", "tok_s_peak", "tok_s_std", "tok_s_ci95_low", "tok_s_ci95_high",
     "accept_length", "runs", "vs_baseline_ratio", "gate_compared", "gate_diverged_early",
-    "gate_unchecked",
+    "gate_unchecked", "goodput", "slo_violation",
 )  # fmt: skip
 # The most configurations study.sampler=grid may walk. Those in experiments/ have 44,469 each; a
 # grid of millions would never finish, and Optuna holds and shuffles every point on each open.
@@ -549,6 +549,7 @@ def study_description(cfg: ExperimentConfig) -> dict[str, Any]:
         "max_restarts": cfg.study.max_restarts,
         "start_noise": cfg.study.start_noise,
         "pick_margin": cfg.study.pick_margin,
+        "slo": ", ".join(f"{k} {v:g}" for k, v in cfg.study.slo.items()),
         "bench": f"{cfg.bench.warmup} warm-up, {plural(cfg.bench.repeats, 'run')} "
         f"(up to {cfg.max_repeats}); scenarios {scenarios}",
         "output_dir": os.path.abspath(cfg.out_dir),

@@ -22,8 +22,11 @@ from rayspec.tune._trial import failed_result
 
 __all__ = ["held_result", "instant_result", "nccl_cause"]
 
-# Copied from the reused trial's attributes into the reuse's metrics.
-_REUSED_METRICS = ("tok_s_mean", "tok_s_peak", "tok_s_std", "accept_length")
+# Copied from the reused trial's attributes into the reuse's metrics (slo_violation: the
+# reuse carries the SLO constraint its measurement had).
+_REUSED_METRICS = (
+    "tok_s_mean", "tok_s_peak", "tok_s_std", "accept_length", "goodput", "slo_violation",
+)  # fmt: skip
 
 
 def nccl_cause(

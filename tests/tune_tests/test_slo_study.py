@@ -23,6 +23,8 @@ from rayspec.tune import run_study
 from rayspec.twin._simulate import SimulatedRequest
 from rayspec.twin._simulate import SimulatedServer
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import twin_doc
+from tests.helpers import write_experiment
 
 LATE_MS = 60.0  # the simulated TTFT is about 50 ms; speculation gains far more than 60 ms
 PROTOCOL = ["bench.warmup=1", "bench.repeats=3", "bench.max_tokens=100"]
@@ -93,3 +95,23 @@ def test_with_no_feasible_configuration_the_report_says_so(tmp_path, late_specul
     outcome = run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
     assert outcome.report.best is not None and not outcome.report.best.feasible
     assert "no configuration met study.slo" in outcome.report.pick_note
+
+
+def test_a_reused_measurement_carries_its_constraint(tmp_path) -> None:
+    """A sampler re-asking a measured configuration reuses it (no restart): the reuse is told
+    to Optuna with the same SLO constraint, so it cannot look feasible."""
+    doc = twin_doc(
+        str(tmp_path),
+        bench={"warmup": 1, "repeats": 2, "max_tokens": 50},
+        search={"speculative": {"modes": ["off"]}, "nccl": {"NCCL_PROTO": ["LL"]}},
+    )
+    doc["study"].update({"sampler": "random", "n_trials": 6, "slo": {"ttft_p99_ms": 1.0}})
+    cfg = load_config(write_experiment(str(tmp_path), doc))  # fmt: skip
+    outcome = run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
+    assert outcome.restarts == 2
+    rows = {r["trial"]: r for r in ParquetTrialStore(cfg.out_dir).load_trials().to_pylist()}
+    reused = [n for n, r in rows.items() if r["note"]]
+    assert reused
+    trials = {t.number: t for t in _optuna_trials(cfg)}
+    for n in reused:
+        assert trials[n].constraints[CONSTRAINT_SLO] > 0
