@@ -281,6 +281,8 @@ class StructuredSearch(Strategy):
                     banned.add(o.candidate.nccl_env)
                 else:
                     failed.add(o.key)
+            if o.state is TrialState.COMPLETE and o.launched and not o.measured:
+                failed.add(o.key)  # measured to nothing (goodput 0: no request met study.slo)
             if o.measured and not o.candidate.flags:
                 by_spec.setdefault(o.candidate.spec, []).append(o)
         return _View(
