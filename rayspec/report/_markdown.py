@@ -148,6 +148,17 @@ def _gains(data: StudyData) -> list[str]:
     return lines
 
 
+def _zero_goodput(data: StudyData) -> str:
+    """The launched, completed trials no configuration row holds: measured to goodput 0."""
+    shown = {t for row in data.report.rows for t in row.trials}
+    zero = [
+        r for r in data.records
+        if r.launched and r.result.state is TrialState.COMPLETE and r.trial not in shown
+        and r.result.metrics.get("goodput") == 0.0
+    ]  # fmt: skip
+    return "; ".join(f"trial {r.trial} ({_cell(r.candidate.label())})" for r in zero)
+
+
 def pareto_data(data: StudyData) -> tuple[list[ParetoPoint], bool]:
     """Each configuration at each load as (tok/s per GPU, tok/s per user), front marked;
     and whether the study had an SLO (``slo_violation`` stored)."""
@@ -157,7 +168,7 @@ def pareto_data(data: StudyData) -> tuple[list[ParetoPoint], bool]:
     })  # fmt: skip
     first = next((sc for sc in data.concurrency if sc not in prefixed), "objective")
     gpus = int(data.attrs.get("tp_size") or 1)
-    points = pareto_points(data.report, data.records, [first, *prefixed], gpus)
+    points = pareto_points(data.records, [first, *prefixed], gpus)
     slo = any(math.isfinite(float(r.result.metrics.get("slo_violation", math.nan)))
               for r in data.records)  # fmt: skip
     return points, slo
@@ -219,6 +230,11 @@ def _summary(data: StudyData) -> list[str]:
         lines.append(f"- benchmark: {data.attrs['bench']}")
     if data.attrs.get("slo"):
         lines.append(f"- SLO (p99 over each trial's requests, ms): {data.attrs['slo']}")
+    if str(data.attrs.get("objective", "")).startswith("goodput"):
+        lines.append(
+            "- objective: goodput (output tok/s of the requests that met the SLO): the "
+            "configuration table's tok/s are goodput"
+        )
     best, base = report.best, report.baseline
     if best is None:
         lines.append("- pick: none (no configuration completed)")
@@ -256,6 +272,9 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
         "what it rests on; failed trials follow with their reason."
     )
     lines += [""] + _table(data)
+    zero = _zero_goodput(data)
+    if zero:
+        lines += ["", "Measured, but no request met the SLO (goodput 0, never picked): " + zero]
     if data.report.best is not None:
         lines += ["", "## What each change bought", ""]
         lines.append(

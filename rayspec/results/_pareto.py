@@ -1,7 +1,8 @@
 """The throughput/interactivity trade-off: each configuration at each load (scenario) as a
 point (output tok/s per GPU, tok/s per user) and the Pareto front of those points.
 
-tok/s per GPU is the scenario's mean output throughput over its trials divided by the
+A configuration is its launched trials (its server starts). tok/s per GPU is the scenario's
+mean output throughput over those trials divided by the
 server's GPUs (``server.tp_size``); tok/s per user is its mean per-request decode rate
 (``user_tok_s_mean``: tokens after the first over the time after the first). Both are
 maximised: a point is on the front when no other point is at least as good on both and better
@@ -11,12 +12,11 @@ on one.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rayspec._types import TrialRecord
-from rayspec.results._table import StudyReport
+from rayspec._types import TrialState
 
 __all__ = ["ParetoPoint", "pareto_front", "pareto_points"]
 
@@ -71,23 +71,24 @@ def _metric(records: Sequence[TrialRecord], name: str) -> list[float]:
 
 
 def pareto_points(
-    report: StudyReport,
-    records: Sequence[TrialRecord],
-    scenarios: Sequence[str],
-    gpus: int,
+    records: Sequence[TrialRecord], scenarios: Sequence[str], gpus: int
 ) -> list[ParetoPoint]:
-    """Every configuration of ``report`` at every scenario it measured, front marked.
+    """Every measured configuration (its launched trials pooled, whatever their goodput) at
+    every scenario it measured, the front marked.
 
     Args:
-        report: the pooled configurations (:func:`~rayspec.results.build_report`).
         records: the stored trials.
         scenarios: the scenario names, the objective's (stored unprefixed) first.
         gpus: GPUs per server (``server.tp_size``).
     """
-    by_trial: Mapping[int, TrialRecord] = {r.trial: r for r in records}
+    groups: dict[str, list[TrialRecord]] = {}
+    for r in sorted(records, key=lambda r: r.trial):
+        if r.launched and r.result.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            groups.setdefault(r.candidate_key or r.candidate.label(), []).append(r)
     out: list[ParetoPoint] = []
-    for row in report.rows:
-        measured = [by_trial[t] for t in row.trials if t in by_trial]
+    for measured in groups.values():
+        trials = tuple(r.trial for r in measured)
+        label = measured[0].candidate.label()
         for i, scenario in enumerate(scenarios):
             prefix = "" if i == 0 else f"{scenario}__"
             tok_s = _mean(_metric(measured, prefix + "tok_s_mean"))
@@ -95,8 +96,7 @@ def pareto_points(
             if not (math.isfinite(tok_s) and math.isfinite(user)):
                 continue
             feasible = not any(v > 0 for v in _metric(measured, prefix + "slo_violation"))
-            out.append(ParetoPoint(row.trials, row.label, scenario, tok_s / max(1, gpus), user,
-                                   feasible))  # fmt: skip
+            out.append(ParetoPoint(trials, label, scenario, tok_s / max(1, gpus), user, feasible))
     front = pareto_front([(p.tok_s_per_gpu, p.user_tok_s) for p in out])
     return [
         ParetoPoint(p.trials, p.label, p.scenario, p.tok_s_per_gpu, p.user_tok_s, p.feasible, f)
