@@ -95,7 +95,9 @@ class Recorder:
     def __call__(self, trial: TrialHandle, result: TrialResult, reused_from: int | None) -> None:
         cfg, ledger, budget = self.cfg, self.ledger, self.budget
         # The objective's per-run values: goodput's when it is the objective (the structured
-        # search and the pick then weigh goodput), the throughput's otherwise.
+        # search and the pick then weigh goodput), the throughput's otherwise. Pruning still
+        # watches a running trial's throughput against these: goodput <= throughput, so a
+        # trial pruned could not have won; some that could not are measured in full.
         per_run = (
             per_run_goodput(result.requests, cfg.study.slo, self._scenario)
             if cfg.study.objective == "goodput"
