@@ -27,6 +27,10 @@ Under load (concurrency > 1) which requests share a batch depends on when they a
 runs keep the wall clock. A real SGLang server is always timed by the wall clock
 (``clock="wall"``, the default): the field is never read from it.
 
+**The prompt's category.** With ``clock="twin"`` every ``/generate`` body also carries a
+top-level ``rayspec_category`` (the prompt's category in its set; the twin scales the request's
+acceptance by it). A real server never receives it: it is sent only to the twin.
+
 Failures are typed (:class:`~rayspec.StreamStalled` for a read timeout or the whole-request
 deadline, :class:`~rayspec.BenchError` with ``reason=CRASH_MID_BENCHMARK`` for a cut or refused
 connection). :meth:`StreamClient.measure` turns them into a recorded error instead; whether a
@@ -48,6 +52,7 @@ from rayspec._exceptions import BenchError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StreamStalled
 from rayspec._plural import plural
+from rayspec._types import DEFAULT_CATEGORY
 from rayspec._types import RequestRecord
 
 _META_KEY = '"meta_info":'
@@ -92,6 +97,7 @@ def _parse_generate_chunk(payload: bytes) -> Any:
 
 _CLOCKS = ("wall", "twin")
 _TWIN_CLOCK_KEY = "rayspec_twin"
+_TWIN_CATEGORY_KEY = "rayspec_category"
 
 
 def _twin_elapsed_s(meta: dict[str, Any]) -> float:
@@ -304,9 +310,11 @@ class StreamClient:
         """Convert a ``time.perf_counter()`` value of this process to a unix timestamp."""
         return self._anchor_unix + (perf - self._anchor_perf)
 
-    def _payload(self, prompt: str, max_tokens: int) -> tuple[str, dict[str, Any]]:
+    def _payload(
+        self, prompt: str, max_tokens: int, category: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
         if self.endpoint == "generate":
-            return "/generate", {
+            body: dict[str, Any] = {
                 "text": prompt,
                 "sampling_params": {
                     "max_new_tokens": max_tokens,
@@ -315,6 +323,9 @@ class StreamClient:
                 },
                 "stream": True,
             }
+            if self.clock == "twin" and category is not None:
+                body[_TWIN_CATEGORY_KEY] = category  # the twin's own field, never SGLang's
+            return "/generate", body
         return "/v1/completions", {
             "model": self.model,
             "prompt": prompt,
@@ -348,17 +359,24 @@ class StreamClient:
                 raise partial.error from None
             raise partial.error from partial.cause
 
-    async def _stream(self, prompt: str, max_tokens: int, twin_clock: bool) -> StreamResult:
+    async def _stream(
+        self, prompt: str, max_tokens: int, twin_clock: bool, category: str | None = None
+    ) -> StreamResult:
         lane = await self._lanes.get()
         try:
-            return await self._stream_on(lane, prompt, max_tokens, twin_clock)
+            return await self._stream_on(lane, prompt, max_tokens, twin_clock, category)
         finally:
             self._lanes.put_nowait(lane)
 
     async def _stream_on(
-        self, lane: httpx.AsyncClient, prompt: str, max_tokens: int, twin_clock: bool
+        self,
+        lane: httpx.AsyncClient,
+        prompt: str,
+        max_tokens: int,
+        twin_clock: bool,
+        category: str | None = None,
     ) -> StreamResult:
-        path, payload = self._payload(prompt, max_tokens)
+        path, payload = self._payload(prompt, max_tokens, category)
         t0 = time.perf_counter()
         tl = _Timeline(t0=t0, origin=0.0 if twin_clock else t0)
         state: dict[str, Any] = {
@@ -535,9 +553,11 @@ class StreamClient:
         run: int,
         index: int,
         concurrency: int,
+        category: str = DEFAULT_CATEGORY,
     ) -> RequestRecord:
         """Stream one request and return its record; a failure becomes ``record.failure``
         (its :class:`~rayspec.FailureReason`) and ``record.error`` (the message).
+        ``category`` (the prompt's category in its set) is kept on the record.
 
         A failed record keeps what was measured before the failure (tokens so far, TTFT when
         a token arrived, NaN otherwise). With ``clock="twin"`` a request at concurrency 1 is
@@ -545,7 +565,7 @@ class StreamClient:
         """
         twin_clock = self.clock == "twin" and concurrency == 1
         try:
-            res = await self._stream(prompt, max_tokens, twin_clock)
+            res = await self._stream(prompt, max_tokens, twin_clock, category)
         except _Partial as partial:
             tl = partial.timeline
             return RequestRecord(
@@ -561,6 +581,7 @@ class StreamClient:
                 start_unix_s=self.unix_time(tl.t0),
                 error=str(partial.error),
                 failure=partial.error.reason,
+                category=category,
             )
         verify = res.spec_verify_ct
         return RequestRecord(
@@ -578,4 +599,5 @@ class StreamClient:
             accept_length=res.completion_tokens / verify if verify else None,
             output_ids=res.output_ids,
             accept_histogram=res.accept_histogram,
+            category=category,
         )

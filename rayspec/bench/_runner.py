@@ -230,6 +230,7 @@ async def _one_run(
             run=run,
             index=i,
             concurrency=concurrency,
+            category=inputs[i].category,
         )
 
     cpu0, wall0 = time.process_time(), time.perf_counter()

@@ -40,6 +40,8 @@ from rayspec.bench import BenchActor
 from rayspec.bench import BenchPlan
 from rayspec.bench import BenchResult
 from rayspec.bench import Scenario
+from rayspec.bench import category_metrics
+from rayspec.bench import dataset_categories
 from rayspec.bench import first_failure
 from rayspec.bench import summarize
 from rayspec.bench._protocol import RunPlan
@@ -152,6 +154,13 @@ def extension_plan(cfg: ExperimentConfig, done: int) -> BenchPlan:
 
 def objective_scenario(cfg: ExperimentConfig) -> str:
     return cfg.scenarios()[0].name
+
+
+def study_categories(cfg: ExperimentConfig) -> tuple[str, ...]:
+    """The prompt set's categories when it has several (their figures are stored per trial),
+    else none."""
+    cats = dataset_categories(cfg.bench.prompts)
+    return cats if len(cats) > 1 else ()
 
 
 def trial_log_path(cfg: ExperimentConfig, number: int) -> str:
@@ -415,6 +424,8 @@ def trial_result(
     for name in scenarios[1:]:
         for key, value in summarize(records, scenario=name).items():
             metrics[f"{name}__{key}"] = value
+    if study_categories(cfg):  # the objective scenario's figures per prompt category
+        metrics.update(category_metrics(records, scenario=scenarios[0]))
     metrics.update(view)
     measured = [r for r in bench.runs if r.run >= 0]
     planned = cfg.bench.repeats * len(scenarios)
