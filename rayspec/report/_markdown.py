@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from rayspec._types import TrialState
+from rayspec.report._categories import category_lines
 from rayspec.results import ABOVE_PEAK_WHY
 from rayspec.results import above_peak
 from rayspec.results import gains
@@ -221,6 +222,7 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
             "ratio's 95 % interval holds both estimates' uncertainty."
         )
         lines += [""] + _gains(data)
+    lines += category_lines(data)  # only for a prompt set of several categories
     failures = [r for r in data.rows if r["state"] == "FAIL" and r.get("failure_detail")]
     if failures:
         lines += ["", "## Failures", ""]
