@@ -241,6 +241,11 @@ class ScenarioConfig:
     request_rate: float | None = None
 
 
+class BenchApi(str, enum.Enum):
+    generate = "generate"  # SGLang's native /generate (the twin's simulated clock, output ids)
+    chat = "chat"  # the OpenAI /v1/chat/completions stream, as chat clients send
+
+
 @dataclass
 class BenchConfig:
     """The measurement protocol; the default is the field's: 1 warm-up, 5 runs of 500 tokens."""
@@ -257,6 +262,7 @@ class BenchConfig:
     gate_tokens: int = 32
     concurrency: int = 1
     prompts: str = "default"
+    api: BenchApi = BenchApi.generate
     temperature: float = 0.0
     read_timeout_s: float = 60.0
     request_timeout_s: float = 900.0

@@ -1,12 +1,14 @@
 """An async httpx client that streams one request and times every token it receives.
 
-Two endpoints are supported:
+Three endpoints are supported:
 
 - ``generate``: SGLang's native ``POST /generate`` with ``stream: true``. Every SSE chunk
   carries the *cumulative* ``text``/``output_ids`` and ``meta_info.completion_tokens``, so the
   tokens a chunk adds are the increase of ``completion_tokens`` (several at once under
   speculative decoding). The final chunk carries ``spec_verify_ct`` and
   ``spec_correct_drafts_histogram`` when speculation is on.
+- ``chat``: ``POST /v1/chat/completions``, the prompt as one user message, read as
+  ``completions`` is (the delta's ``content`` instead of ``text``).
 - ``completions``: ``POST /v1/completions`` with ``stream_options.include_usage`` and
   ``continuous_usage_stats``; chunks carry delta text and (with continuous usage) a cumulative
   ``usage.completion_tokens``. Without usage on a chunk, a chunk with text counts as one
@@ -27,9 +29,9 @@ Under load (concurrency > 1) which requests share a batch depends on when they a
 runs keep the wall clock. A real SGLang server is always timed by the wall clock
 (``clock="wall"``, the default): the field is never read from it.
 
-**The prompt's category.** With ``clock="twin"`` every ``/generate`` body also carries a
-top-level ``rayspec_category`` (the prompt's category in its set; the twin scales the request's
-acceptance by it). A real server never receives it: it is sent only to the twin.
+**The prompt's category.** With ``send_category=True`` (a twin study) every request body also
+carries a top-level ``rayspec_category`` (the prompt's category in its set; the twin scales the
+request's acceptance by it). A real server never receives it: it is sent only to the twin.
 
 Failures are typed (:class:`~rayspec.StreamStalled` for a read timeout or the whole-request
 deadline, :class:`~rayspec.BenchError` with ``reason=CRASH_MID_BENCHMARK`` for a cut or refused
@@ -215,9 +217,10 @@ class StreamClient:
     Args:
         base_url: e.g. ``"http://127.0.0.1:30000"``.
         max_streams: the most requests in flight at once (one connection each).
-        endpoint: ``"generate"`` or ``"completions"``.
+        endpoint: ``"generate"``, ``"completions"`` or ``"chat"``.
         clock: ``"wall"`` (the client's clock, always for a real server) or ``"twin"``
             (requests at concurrency 1 timed by the twin's simulated clock; ``generate`` only).
+        send_category: send each request's category as ``rayspec_category`` (the twin only).
         read_timeout_s: the longest gap allowed between two chunks.
         request_timeout_s: deadline for one whole request.
         temperature, ignore_eos, model: request fields.
@@ -237,6 +240,7 @@ class StreamClient:
         max_streams: int = 1,
         endpoint: str = "generate",
         clock: str = "wall",
+        send_category: bool = False,
         read_timeout_s: float = 30.0,
         request_timeout_s: float = 600.0,
         temperature: float = 0.0,
@@ -244,8 +248,10 @@ class StreamClient:
         model: str = "default",
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if endpoint not in ("generate", "completions"):
-            raise ValueError(f"endpoint={endpoint!r}: expected 'generate' or 'completions'")
+        if endpoint not in ("generate", "completions", "chat"):
+            raise ValueError(
+                f"endpoint={endpoint!r}: expected 'generate', 'completions' or 'chat'"
+            )
         if clock not in _CLOCKS:
             raise ValueError(f"clock={clock!r}: expected 'wall' or 'twin'")
         if clock == "twin" and endpoint != "generate":
@@ -257,6 +263,7 @@ class StreamClient:
         self.base_url = base_url.rstrip("/")
         self.endpoint = endpoint
         self.clock = clock
+        self.send_category = send_category
         self.max_streams = max_streams
         self.read_timeout_s = float(read_timeout_s)
         self.request_timeout_s = float(request_timeout_s)
@@ -323,19 +330,26 @@ class StreamClient:
                 },
                 "stream": True,
             }
-            if self.clock == "twin" and category is not None:
-                body[_TWIN_CATEGORY_KEY] = category  # the twin's own field, never SGLang's
-            return "/generate", body
-        return "/v1/completions", {
-            "model": self.model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": self.temperature,
-            "ignore_eos": self.ignore_eos,
-            "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-            "return_spec_tokens_details": True,
-        }
+            path = "/generate"
+        else:
+            body = {
+                "model": self.model,
+                "max_tokens": max_tokens,
+                "temperature": self.temperature,
+                "ignore_eos": self.ignore_eos,
+                "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+                "return_spec_tokens_details": True,
+            }
+            if self.endpoint == "chat":
+                path = "/v1/chat/completions"
+                body["messages"] = [{"role": "user", "content": prompt}]
+            else:
+                path = "/v1/completions"
+                body["prompt"] = prompt
+        if self.send_category and category is not None:
+            body[_TWIN_CATEGORY_KEY] = category  # the twin's own field, never SGLang's
+        return path, body
 
     async def stream(
         self, prompt: str, max_tokens: int, *, twin_clock: bool = False
@@ -527,7 +541,7 @@ class StreamClient:
                 finish = choice.get("finish_reason")
                 if usage.get("completion_tokens") is not None:
                     tl.advance(now, int(usage["completion_tokens"]))
-                elif choice.get("text"):
+                elif choice.get("text") or (choice.get("delta") or {}).get("content"):
                     tl.advance(now, tl.tokens + 1)
             elif usage.get("completion_tokens") is not None:
                 # Final usage chunk: the authoritative count (no new arrival to time).

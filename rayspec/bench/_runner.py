@@ -311,6 +311,7 @@ async def arun_benchmark(
         max_streams=max_streams,
         endpoint=plan.endpoint,
         clock=plan.clock,
+        send_category=plan.send_category,
         read_timeout_s=plan.read_timeout_s,
         request_timeout_s=plan.request_timeout_s,
         temperature=plan.temperature,

@@ -17,6 +17,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rayspec._config import BenchApi
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ActorLost
@@ -120,6 +121,7 @@ LIVE_ACTORS = _LiveActors()
 
 def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
     """The experiment's measurement protocol as the bench package's plan."""
+    twin = cfg.server.engine is Engine.twin
     scenarios = tuple(
         Scenario(
             name=sc.name,
@@ -140,7 +142,10 @@ def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
         temperature=cfg.bench.temperature,
         # The twin's simulated clock times a twin study (reproducible for a seeded study);
         # a real server is always timed by the wall clock.
-        clock="twin" if cfg.server.engine is Engine.twin else "wall",
+        clock="twin" if twin and cfg.bench.api is BenchApi.generate else "wall",
+        # The twin is told each request's prompt category (its acceptance depends on it).
+        send_category=twin,
+        endpoint=cfg.bench.api.value,
         read_timeout_s=cfg.bench.read_timeout_s,
         request_timeout_s=cfg.bench.request_timeout_s,
     )

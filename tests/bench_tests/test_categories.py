@@ -62,12 +62,14 @@ def test_a_lengthened_prompt_keeps_the_category_it_starts_with() -> None:
         assert ask.category == by_text[first]
 
 
-def _client_record(clock: str, category: str) -> tuple[RequestRecord, dict[str, object]]:
+def _client_record(send: bool, category: str) -> tuple[RequestRecord, dict[str, object]]:
     handler = _Canned(_sse(CHUNKS))
 
     async def go() -> RequestRecord:
         transport = httpx.MockTransport(handler)
-        async with StreamClient("http://t.test", clock=clock, transport=transport) as client:
+        async with StreamClient(
+            "http://t.test", clock="twin", send_category=send, transport=transport
+        ) as client:
             # concurrency 2: timed by the wall clock, so the canned chunks need no twin clock
             return await client.measure(
                 "p", 4, scenario="s", run=0, index=0, concurrency=2, category=category
@@ -79,10 +81,10 @@ def _client_record(clock: str, category: str) -> tuple[RequestRecord, dict[str, 
 
 
 def test_the_category_is_kept_on_the_record_and_sent_to_the_twin_only() -> None:
-    record, body = _client_record("wall", "code")
+    record, body = _client_record(False, "code")
     assert record.category == "code"
     assert "rayspec_category" not in body  # a real server never receives it
-    record, body = _client_record("twin", "code")
+    record, body = _client_record(True, "code")
     assert record.category == "code" and body["rayspec_category"] == "code"
 
 
