@@ -133,5 +133,6 @@ def write_adaptive_tiers(
         MODEL_PLACEHOLDER: f'"{MODEL_PLACEHOLDER}"',
         DRAFT_PLACEHOLDER: f'"{DRAFT_PLACEHOLDER}"',
     }
-    line = f"env {unset} {env} " + " ".join(keep.get(a) or shlex.quote(a) for a in argv)
+    cmd = " ".join(keep.get(a) or shlex.quote(a) for a in argv)
+    line = " ".join(part for part in ("env", unset, env, cmd) if part)
     return path, line, found

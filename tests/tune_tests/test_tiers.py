@@ -63,6 +63,7 @@ def test_each_concurrency_gets_its_best_chain_or_no_speculation(tmp_path) -> Non
     assert "--speculative-adaptive --" in line and f"--speculative-adaptive-config {path}" in line
     assert "--speculative-num-steps 3 --speculative-eagle-topk 1" in line
     assert "NCCL_PROTO=LL" in line and "sglang.launch_server" in line
+    assert "  " not in line  # one space between the parts, whichever are empty
 
 
 def test_no_tiers_without_two_loads_or_where_speculation_never_wins(tmp_path) -> None:
