@@ -222,13 +222,13 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
             "ratio's 95 % interval holds both estimates' uncertainty."
         )
         lines += [""] + _gains(data)
-    lines += category_lines(data)  # only for a prompt set of several categories
     failures = [r for r in data.rows if r["state"] == "FAIL" and r.get("failure_detail")]
     if failures:
         lines += ["", "## Failures", ""]
         for r in failures:
             detail = str(r["failure_detail"]).splitlines()[0][:300]
             lines.append(f"- trial {r['trial']} ({r.get('failure') or 'unknown'}): {detail}")
+    lines += category_lines(data)  # only for a prompt set of several categories
     lines += ["", "## Plots", ""]
     for plot in plots:
         lines += [f"### {plot.title}", ""]

@@ -135,11 +135,15 @@ def trial_schema(scenarios: Sequence[str] = (), categories: Sequence[str] = ()) 
             the objective scenario are stored as ``category__<category>__<metric>``.
     """
     fields = list(TRIAL_SCHEMA) + [pa.field(m, pa.float64()) for m in TRIAL_METRICS]
+    fields += _category_fields(categories)
     fields += [pa.field(f"{sc}__{m}", pa.float64()) for sc in scenarios for m in SUMMARY_METRICS]
-    fields += [
-        pa.field(category_key(c, m), pa.float64()) for c in categories for m in CATEGORY_METRICS
-    ]
     return pa.schema(fields)
+
+
+def _category_fields(categories: Sequence[str]) -> list[pa.Field]:
+    """The ``category__<category>__<metric>`` columns (float64)."""
+    keys = [category_key(c, m) for c in categories for m in CATEGORY_METRICS]
+    return [pa.field(k, pa.float64()) for k in keys]
 
 
 REQUEST_SCHEMA = pa.schema(

@@ -429,9 +429,9 @@ def trial_result(
     for name in scenarios[1:]:
         for key, value in summarize(records, scenario=name).items():
             metrics[f"{name}__{key}"] = value
+    metrics.update(view)
     if study_categories(cfg):  # the objective scenario's figures per prompt category
         metrics.update(category_metrics(records, scenario=scenarios[0]))
-    metrics.update(view)
     measured = [r for r in bench.runs if r.run >= 0]
     planned = cfg.bench.repeats * len(scenarios)
     pruned = pruned and len(measured) < planned  # a stop after the last run saves nothing

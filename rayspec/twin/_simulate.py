@@ -174,7 +174,7 @@ class SimulatedServer:
         (the prompt's) scales its acceptance as the twin server does (``drafter.category_mult``).
         """
         draw = self.noise.draw_request()
-        mult = draw.mult * self.profile.drafter.mult_for(category)
+        draw = draw._replace(mult=draw.mult * self.profile.drafter.mult_for(category))
         rng = random.Random(self.seed * 1_000_003 + self._index)
         self._index += 1
         start = self.noise.start_factor
@@ -191,7 +191,7 @@ class SimulatedServer:
             ctx = prompt_tokens + out
             model, at0, slope = self._cost()
             elapsed += (at0 + slope * ctx) * per_cycle
-            drawn = model.sample_cycle_tokens(rng, mult)
+            drawn = model.sample_cycle_tokens(rng, draw.mult)
             given = min(drawn, max_new_tokens - out)
             out += given
             if spec is not None:
