@@ -31,8 +31,8 @@ PROTOCOL = ["bench.warmup=1", "bench.repeats=3", "bench.max_tokens=100"]
 
 
 class _LateWhenSpeculative(SimulatedServer):
-    def generate(self, prompt_tokens, max_new_tokens, prompt=None) -> SimulatedRequest:  # type: ignore[no-untyped-def]
-        r = super().generate(prompt_tokens, max_new_tokens, prompt)
+    def generate(self, *args, **kwargs) -> SimulatedRequest:  # type: ignore[no-untyped-def]
+        r = super().generate(*args, **kwargs)
         if not self.speculative:
             return r
         return dataclasses.replace(r, ttft_ms=r.ttft_ms + LATE_MS, e2e_ms=r.e2e_ms + LATE_MS)
