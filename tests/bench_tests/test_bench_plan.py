@@ -55,7 +55,7 @@ def test_scenario_validation(kwargs: dict[str, object], match: str) -> None:
         ({"scenarios": (Scenario("a"), Scenario("a"))}, "duplicate"),
         ({"repeats": 0}, "repeats"),
         ({"warmup": -1}, "warmup"),
-        ({"endpoint": "chat"}, "endpoint"),
+        ({"endpoint": "responses"}, "endpoint"),
         ({"read_timeout_s": 0}, "read_timeout_s"),
         ({"cpu_warn_fraction": 1.5}, "cpu_warn_fraction"),
     ],
