@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import io
 import random
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -29,8 +30,14 @@ from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
 from rayspec.twin._adaptive import AdaptiveSteps
 from rayspec.twin._args import parse_args
+from rayspec.twin._engine import Engine
 from rayspec.twin._errors import NcclError
 from rayspec.twin._errors import NcclInitError
+from rayspec.twin._load import LoadAsk
+from rayspec.twin._load import LoadedRequest
+from rayspec.twin._load import VirtualClock
+from rayspec.twin._load import serve_load
+from rayspec.twin._log import SglangLog
 from rayspec.twin._model import PerfModel
 from rayspec.twin._nccl import resolve_nccl
 from rayspec.twin._noise import NoiseModel
@@ -41,7 +48,7 @@ from rayspec.twin._text import completion_ids
 from rayspec.twin._text import corrupt_ids
 from rayspec.twin._text import model_seed
 
-__all__ = ["SimulatedRequest", "SimulatedServer", "SimulatedStartupError"]
+__all__ = ["LoadAsk", "SimulatedRequest", "SimulatedServer", "SimulatedStartupError"]
 
 # The twin server's own warm-up request before the ready line (server.py): its prompt is six
 # words and it generates 8 tokens. It takes request index 0 and the first noise draw.
@@ -74,6 +81,7 @@ class SimulatedRequest:
     e2e_ms: float
     correct_drafts_histogram: tuple[int, ...] | None = None
     output_ids: tuple[int, ...] | None = None
+    itl_ms: tuple[float, ...] = ()  # as the bench client splits each cycle's gap
 
     @property
     def accept_length(self) -> float | None:
@@ -136,6 +144,9 @@ class SimulatedServer:
         self.seed = int(ns.twin_seed)
         self.text_seed = model_seed(self.profile.name)
         self.corrupt = nccl.ll128_risk
+        self.max_running = res.max_running_requests
+        self.version: tuple[int, int, int] = ns.twin_version_tuple
+        self.tp_size = int(ns.tp_size)
         self.model = PerfModel(self.profile, nccl, self.spec)
         self.noise = NoiseModel(
             self.profile.noise, random.Random(self.seed), speculative=self.spec is not None
@@ -181,13 +192,16 @@ class SimulatedServer:
         if self.adaptive is not None:
             hist = [0] * (max(self.adaptive.candidate_steps) + 1)
         per_cycle = draw.time_factor * start
+        itl: list[float] = []
         while out < max_new_tokens:
             ctx = prompt_tokens + out
             model, at0, slope = self._cost()
-            elapsed += (at0 + slope * ctx) * per_cycle
+            cycle_ms = (at0 + slope * ctx) * per_cycle
+            elapsed += cycle_ms
             drawn = model.sample_cycle_tokens(rng, draw.mult)
             given = min(drawn, max_new_tokens - out)
             out += given
+            itl.extend([cycle_ms / given] * given)
             if spec is not None:
                 cycles += 1
                 hist[min(max(0, given - 1), len(hist) - 1)] += 1
@@ -205,4 +219,29 @@ class SimulatedServer:
             ttft_ms=ttft,
             e2e_ms=elapsed,
             correct_drafts_histogram=tuple(hist) if spec is not None else None,
+            itl_ms=tuple(itl),
         )
+
+    def serve(self, asks: Sequence[LoadAsk], concurrency: int) -> list[LoadedRequest]:
+        """Serve a load (``concurrency`` streams) with the HTTP twin's scheduler, on a virtual
+        clock (:func:`rayspec.twin._load.serve_load`): the same batches, the same noise draws
+        and cycle seeds per request index, continuing this start's numbering.
+
+        Raises:
+            rayspec.twin._load.SimulatedCrash: the scheduler died under this load.
+        """
+        clock = VirtualClock()
+        quiet = SglangLog(self.version, self.tp_size, "error", stream=io.StringIO())
+        engine = Engine(
+            self.model, self.noise, quiet,
+            max_running_requests=self.max_running, version=self.version, seed=self.seed,
+            clock=clock, sleep=clock.sleep, adaptive=self.adaptive, first_index=self._index,
+        )  # fmt: skip
+        served = serve_load(engine, clock, asks, concurrency)
+        self._index += len(asks)
+        return served
+
+    def output_ids(self, prompt: str, tokens: int) -> tuple[int, ...]:
+        """The twin's greedy output ids for ``prompt`` (garbled where LL128 corrupts)."""
+        text = completion_ids(self.text_seed, prompt, tokens)
+        return tuple(corrupt_ids(text, prompt) if self.corrupt else text)
