@@ -94,6 +94,7 @@ from rayspec._config import ExperimentConfig  # noqa: E402
 from rayspec._config import load_config  # noqa: E402
 from rayspec._types import Candidate  # noqa: E402
 from rayspec._types import SpecSettings  # noqa: E402
+from rayspec.bench import request_input  # noqa: E402
 from rayspec.results import StudyReport  # noqa: E402
 from rayspec.results import build_report  # noqa: E402
 from rayspec.results import candidate_reader  # noqa: E402
@@ -105,10 +106,12 @@ from rayspec.store import ParquetTrialStore  # noqa: E402
 from rayspec.testing import SimulatedTrials  # noqa: E402
 from rayspec.testing import SlottedTrials  # noqa: E402
 from rayspec.tune import run_study  # noqa: E402
+from rayspec.tune._trial import bench_plan  # noqa: E402
 from rayspec.twin import PerfModel  # noqa: E402
 from rayspec.twin import load_profile  # noqa: E402
 from rayspec.twin import resolve_nccl  # noqa: E402
 from rayspec.twin._simulate import SimulatedServer  # noqa: E402
+from rayspec.twin._text import count_prompt_tokens  # noqa: E402
 
 EXPERIMENT = os.path.join(ROOT, "experiments", "eagle3-twin.yaml")
 FULL_SPACE = os.path.join(HERE, "spaces", "full-field.yaml")
@@ -266,12 +269,25 @@ def _running_cap(case: str, speculative: bool) -> int:
 
 
 @functools.cache
+def _ladder_ctx(case: str, concurrency: int) -> float:
+    """The mean context of a ladder scenario's decode: its prompts (run 0) plus half its
+    output."""
+    scenario = next(
+        s for s in bench_plan(truth_config(case)).scenarios if s.name == f"c{concurrency}"
+    )
+    asks = [request_input(scenario, 0, i) for i in range(scenario.requests_per_run)]
+    prompt = statistics.mean(count_prompt_tokens(a.prompt) for a in asks)
+    return prompt + scenario.max_tokens / 2
+
+
+@functools.cache
 def true_tok_s_at(case: str, candidate: Candidate, concurrency: int) -> float:
     """The noise-free throughput of one run of ``concurrency`` equal requests (a ladder case's
     truth at that load; :func:`true_tok_s` at concurrency 1): the requests run in waves of at
     most ``max_running_requests`` (the rest queue), each wave at the model's decode rate for
-    its batch, ``concurrency / sum(1 / r(B))`` with ``r(B)`` one request's rate at batch B.
-    0 when it never starts."""
+    its batch at the scenario's mean context, ``concurrency / sum(1 / r(B))`` with ``r(B)`` one
+    request's rate at batch B. 0 when it never starts. What a run measures lies 0-10 % below it
+    (prefill, and the wave's end waiting for its slowest request; docs/twin-model.md)."""
     cfg = truth_config(case)
     base = true_tok_s(cfg, candidate)
     if concurrency == 1 or base == 0.0:
@@ -279,10 +295,11 @@ def true_tok_s_at(case: str, candidate: Candidate, concurrency: int) -> float:
     profile = load_profile(cfg.server.twin.profile)
     cap = _running_cap(case, candidate.spec is not None)
     waves = [cap] * (concurrency // cap) + ([concurrency % cap] if concurrency % cap else [])
+    ctx = _ladder_ctx(case, concurrency)
     try:
         nccl = resolve_nccl(server_env(cfg, candidate)[0], profile)
         model = PerfModel(profile, nccl, candidate.spec)
-        return concurrency / sum(1.0 / model.expected_tok_s(b) for b in waves)
+        return concurrency / sum(1.0 / model.expected_tok_s(b, ctx) for b in waves)
     except Exception:  # noqa: BLE001 - any model refusal means "cannot run"
         return 0.0
 
