@@ -26,6 +26,13 @@ allows (``l40s-pcie-tp4-dense-deep``: 6 steps in the quickstart space, 8 in the 
 included, hang at the first collective); ``field3x/quick``, ``field3x/full``, the field profile
 with 3x its between-start noise (``sigma_start`` 0.03).
 
+A multi-load case, ``field/ladder`` (not in the default ``--cases``): the field profile with the
+quickstart space and four scenarios, concurrency 1 (the objective, 500 tokens), 8, 32 and 64 (one
+closed-loop wave of 200-token requests per run; the twin's scheduler in process). Its truth is
+per load (:func:`true_tok_s_at`), and its own table counts restarts until the best per load (the
+report's pick at concurrency 1, its per-scenario best at the others: what
+``adaptive_tiers.json`` is built from) is within 1 % of the true best at every load.
+
 Noise: ``--start-noise-scale S`` multiplies the profile's between-start noise (``sigma_start``)
 and ``--noise-scale S`` every noise term (``sigma_start``, ``sigma_accept``, ``sigma_time``), for
 every case, on top of the case's own scale (``field3x``: start x3). It is applied through the
