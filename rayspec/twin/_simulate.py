@@ -6,7 +6,9 @@ resolution, the noise model seeded by ``--twin-seed``, the server's own warm-up 
 then serves requests one at a time (batch 1) with the engine's draws: the same acceptance
 multiplier and time factor per request, the same per-request cycle seeds, the same per-start
 offset. Token counts and verify counts are identical to the HTTP twin's; times are the
-schedule's (the HTTP twin adds its scheduling jitter and the client's overhead on top).
+schedule's (the HTTP twin adds its scheduling jitter and the client's overhead on top). Under
+load, :meth:`SimulatedServer.serve` runs the HTTP twin's own scheduler on a virtual clock
+(``rayspec/twin/_load.py``): the same batches, draws and seeds per request index.
 
 It exists for what needs thousands of trials in seconds: the search-efficiency benchmark and the
 search tests. It is not a stand-in for the twin server in a study (``server.engine: twin``
