@@ -30,6 +30,7 @@ from rayspec._exceptions import ConfigError
 from rayspec._schema import ADAPTIVE_SUFFIX
 from rayspec._schema import SPEC_OFF
 from rayspec._schema import UNSET
+from rayspec._schema import BenchApi
 from rayspec._schema import BenchConfig
 from rayspec._schema import ClusterConfig
 from rayspec._schema import Engine
@@ -52,6 +53,7 @@ from rayspec._validate import validate
 
 __all__ = [
     "ADAPTIVE_SUFFIX",
+    "BenchApi",
     "BenchConfig",
     "ClusterConfig",
     "Engine",

@@ -22,6 +22,7 @@ __all__ = [
     "ClusterConfig",
     "Engine",
     "ExperimentConfig",
+    "LadderConfig",
     "NcclScreenConfig",
     "OBJECTIVES",
     "OVERLAP_CHOICES",
@@ -241,6 +242,26 @@ class ScenarioConfig:
     request_rate: float | None = None
 
 
+class BenchApi(str, enum.Enum):
+    generate = "generate"  # SGLang's native /generate (the twin's simulated clock, output ids)
+    chat = "chat"  # the OpenAI /v1/chat/completions stream, as chat clients send
+
+
+@dataclass
+class LadderConfig:
+    """A load ladder: one scenario per rung, so one key sweeps the loads a server will see.
+
+    ``concurrency`` rungs are closed loops named ``c<N>`` (N streams, N requests a run);
+    ``request_rate`` rungs are Poisson arrivals named ``r<rate>`` (requests/s), at most
+    ``max_concurrency`` in flight, ``requests_per_run`` requests a run.
+    """
+
+    concurrency: list[int] = field(default_factory=list)
+    request_rate: list[float] = field(default_factory=list)
+    requests_per_run: int | None = None  # default: N for c<N>, 32 for a rate rung
+    max_concurrency: int = 64  # a rate rung's cap on requests in flight
+
+
 @dataclass
 class BenchConfig:
     """The measurement protocol; the default is the field's: 1 warm-up, 5 runs of 500 tokens."""
@@ -257,10 +278,12 @@ class BenchConfig:
     gate_tokens: int = 32
     concurrency: int = 1
     prompts: str = "default"
+    api: BenchApi = BenchApi.generate
     temperature: float = 0.0
     read_timeout_s: float = 60.0
     request_timeout_s: float = 900.0
     scenarios: list[ScenarioConfig] = field(default_factory=list)
+    ladder: LadderConfig = field(default_factory=LadderConfig)
 
 
 @dataclass
@@ -296,10 +319,11 @@ class ExperimentConfig:
 
     def scenarios(self) -> list[ScenarioConfig]:
         """The load scenarios, the objective's first (so pruning can stop the rest)."""
-        if self.bench.scenarios:
-            first = self.study.objective_scenario or self.bench.scenarios[0].name
-            ordered = sorted(self.bench.scenarios, key=lambda sc: sc.name != first)
-            return list(ordered)
+        bench = self.bench
+        declared = bench.scenarios or ladder_scenarios(bench.ladder, bench.max_tokens)
+        if declared:
+            first = self.study.objective_scenario or declared[0].name
+            return sorted(declared, key=lambda sc: sc.name != first)
         return [
             ScenarioConfig(
                 name="single" if self.bench.concurrency == 1 else f"c{self.bench.concurrency}",
@@ -311,3 +335,31 @@ class ExperimentConfig:
 
     def to_yaml(self) -> str:
         return OmegaConf.to_yaml(OmegaConf.structured(self))
+
+
+_RATE_RUNG_REQUESTS = 32  # enough arrivals a run for a Poisson rung's percentiles to mean much
+
+
+def ladder_scenarios(ladder: LadderConfig, max_tokens: int) -> list[ScenarioConfig]:
+    """``bench.ladder``'s rungs as scenarios, concurrency rungs first, in the order given."""
+    closed = [
+        ScenarioConfig(
+            name=f"c{n}", concurrency=n, requests_per_run=ladder.requests_per_run or n,
+            max_tokens=max_tokens,
+        )
+        for n in ladder.concurrency
+    ]  # fmt: skip
+    poisson = [
+        ScenarioConfig(
+            name=rate_rung_name(rate), concurrency=ladder.max_concurrency,
+            requests_per_run=ladder.requests_per_run or _RATE_RUNG_REQUESTS,
+            max_tokens=max_tokens, request_rate=rate,
+        )
+        for rate in ladder.request_rate
+    ]  # fmt: skip
+    return closed + poisson
+
+
+def rate_rung_name(rate: float) -> str:
+    """``r2``, ``r0p5``: a scenario name of letters and digits for a rate rung."""
+    return "r" + f"{rate:g}".replace(".", "p")

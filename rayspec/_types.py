@@ -13,6 +13,18 @@ from rayspec._exceptions import FailureReason
 from rayspec._plural import plural
 from rayspec._text import one_line
 
+DEFAULT_CATEGORY = "default"
+"""The category of a prompt whose set names none (every prompt of a set without categories)."""
+
+CATEGORY_METRICS: tuple[str, ...] = ("requests", "tok_s", "accept_length")
+"""A trial's figures per prompt category (``bench.category_metrics``), each stored as
+``category__<category>__<metric>`` (:func:`category_key`)."""
+
+
+def category_key(category: str, metric: str) -> str:
+    """The metric name of one category's figure, e.g. ``category__code__tok_s``."""
+    return f"category__{category}__{metric}"
+
 
 class TrialState(str, enum.Enum):
     """A trial's outcome, with Optuna's names (stored verbatim in Parquet's ``state``)."""
@@ -154,7 +166,8 @@ class RequestRecord:
     not SGLang's lifetime average. ``accept_histogram`` is SGLang's
     ``spec_correct_drafts_histogram`` of this request: element ``i`` counts the verify steps
     that accepted ``i`` drafts (its length is the most accepted, plus one; it sums to
-    ``spec_verify_ct``). A failed request has ``failure`` (its class) and ``error`` (what
+    ``spec_verify_ct``). ``category`` is the prompt's category in its set (``"default"`` for a
+    set without categories). A failed request has ``failure`` (its class) and ``error`` (what
     happened); either alone is normalised to both at construction.
     """
 
@@ -174,6 +187,7 @@ class RequestRecord:
     output_ids: tuple[int, ...] | None = None  # the greedy output (the correctness gate)
     failure: FailureReason | None = None
     accept_histogram: tuple[int, ...] | None = None  # verify steps by drafts accepted
+    category: str = DEFAULT_CATEGORY  # the prompt's category in its set (bench.prompts)
 
     def __post_init__(self) -> None:
         # Normalise once: the class is typed (text is accepted, as stored), and a message

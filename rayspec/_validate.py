@@ -22,8 +22,10 @@ from rayspec._schema import OVERLAP_CHOICES
 from rayspec._schema import SPEC_MODES
 from rayspec._schema import SPEC_OFF
 from rayspec._schema import UNSET
+from rayspec._schema import BenchConfig
 from rayspec._schema import Engine
 from rayspec._schema import ExperimentConfig
+from rayspec._schema import rate_rung_name
 from rayspec._text import unsafe_char
 from rayspec.engines import engine_named
 from rayspec.engines import flag_name
@@ -279,12 +281,14 @@ def validate(cfg: ExperimentConfig) -> None:
                 raise _fail(f"{key}.{rng_key}", f"{rng} must be [low, high] with 1 <= low <= high")
         if sc.request_rate is not None and not sc.request_rate > 0:
             raise _fail(f"{key}.request_rate", "must be a positive number of requests/s")
+    _check_ladder(b)
     if s.objective not in OBJECTIVES:
         raise _fail("study.objective", f"{s.objective!r} is not one of {', '.join(OBJECTIVES)}")
     if s.objective_scenario and s.objective_scenario not in [sc.name for sc in cfg.scenarios()]:
         raise _fail(
             "study.objective_scenario",
-            f"{s.objective_scenario!r} is not a scenario of bench.scenarios",
+            f"{s.objective_scenario!r} is not a scenario of bench.scenarios or bench.ladder "
+            f"(those are: {', '.join(sc.name for sc in cfg.scenarios())})",
         )
     if not 0 < s.alpha < 1:
         raise _fail("study.alpha", f"{s.alpha} must be in (0, 1)")
@@ -550,3 +554,30 @@ def _validate_space(cfg: ExperimentConfig) -> None:
         for value in choices:
             if not value or any(c in value for c in "\n\0"):
                 raise _fail(f"search.nccl.{name}", f"choice {value!r} is not a usable value")
+
+
+def _check_ladder(b: BenchConfig) -> None:
+    ladder = b.ladder
+    if ladder.requests_per_run is not None and ladder.requests_per_run < 1:
+        raise _fail("bench.ladder.requests_per_run", f"{ladder.requests_per_run} is below 1")
+    if ladder.max_concurrency < 1:
+        raise _fail("bench.ladder.max_concurrency", f"{ladder.max_concurrency} is below 1")
+    if not (ladder.concurrency or ladder.request_rate):
+        return
+    if b.scenarios:
+        raise _fail("bench.ladder", "set bench.ladder or bench.scenarios, not both")
+    if any(n < 1 for n in ladder.concurrency) or len(set(ladder.concurrency)) < len(
+        ladder.concurrency
+    ):
+        raise _fail(
+            "bench.ladder.concurrency",
+            f"{ladder.concurrency} must be distinct integers of 1 or more",
+        )
+    names = [rate_rung_name(r) for r in ladder.request_rate]
+    if any(not (math.isfinite(r) and r > 0) for r in ladder.request_rate) or len(set(names)) < len(
+        names
+    ):
+        raise _fail(
+            "bench.ladder.request_rate",
+            f"{ladder.request_rate} must be distinct positive numbers of requests/s",
+        )

@@ -331,8 +331,10 @@ def _record(url: str, endpoint: str) -> dict[str, Any]:
 
     record = asyncio.run(one())
     assert record.ok, f"{endpoint}: {record.error}"
+    # category is the caller's (the prompt's), never the server's: not part of the dialect
     return {k: (list(v) if isinstance(v, tuple) else v)
-            for k, v in dataclasses.asdict(record).items() if v is not None}  # fmt: skip
+            for k, v in dataclasses.asdict(record).items()
+            if v is not None and k != "category"}  # fmt: skip
 
 
 def probe(base_url: str) -> dict[str, Any]:

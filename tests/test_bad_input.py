@@ -285,6 +285,29 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
         "bench.scenarios[0].request_rate: nan is not a finite number",
     ),
     (
+        "ladder-and-scenarios",
+        {"bench": {"scenarios": [{"name": "a"}], "ladder": {"concurrency": [1, 8]}}},
+        [],
+        "bench.ladder: set bench.ladder or bench.scenarios, not both",
+    ),
+    ("ladder-zero", {}, ["bench.ladder.concurrency=[0,8]"], "bench.ladder.concurrency: [0, 8]"),
+    ("ladder-twice", {}, ["bench.ladder.concurrency=[8,8]"], "must be distinct integers"),
+    ("ladder-rate-neg", {}, ["bench.ladder.request_rate=[-1]"], "bench.ladder.request_rate"),
+    (
+        "ladder-rates-one-name",
+        {},
+        ["bench.ladder.request_rate=[2,2.0]"],
+        "bench.ladder.request_rate: [2.0, 2.0] must be distinct positive numbers",
+    ),
+    ("ladder-cap-zero", {}, ["bench.ladder.max_concurrency=0"], "bench.ladder.max_concurrency"),
+    (
+        "ladder-objective",
+        {},
+        ["bench.ladder.concurrency=[1,8]", "study.objective_scenario=c4"],
+        "study.objective_scenario: 'c4' is not a scenario of bench.scenarios or bench.ladder "
+        "(those are: c1, c8)",
+    ),
+    (
         "int-past-int64",
         {},
         ["bench.max_tokens=100000000000000000000"],

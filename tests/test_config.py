@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 
 from rayspec import ConfigError
 from rayspec._config import Engine
@@ -57,3 +60,39 @@ def test_defaults_are_safe(tmp_path) -> None:
     assert cfg.server.host == "127.0.0.1"
     assert cfg.cluster.dashboard_host == "127.0.0.1"
     assert cfg.server.allow_nvlink_multicast is False
+
+
+def test_a_ladder_is_one_scenario_per_rung_with_the_objective_first() -> None:
+    cfg = load_config(TWIN_EXPERIMENT, [
+        "bench.ladder.concurrency=[1,8,64]", "bench.ladder.request_rate=[0.5,4]",
+        "bench.max_tokens=120", "study.objective_scenario=c8",
+    ])  # fmt: skip
+    got = [(sc.name, sc.concurrency, sc.requests_per_run, sc.request_rate, sc.max_tokens)
+           for sc in cfg.scenarios()]  # fmt: skip
+    assert got == [
+        ("c8", 8, 8, None, 120),
+        ("c1", 1, 1, None, 120),
+        ("c64", 64, 64, None, 120),
+        ("r0p5", 64, 32, 0.5, 120),
+        ("r4", 64, 32, 4.0, 120),
+    ]
+
+
+@given(
+    rungs=st.lists(st.integers(1, 512), min_size=1, max_size=6, unique=True),
+    rates=st.lists(st.sampled_from([0.25, 0.5, 2.0, 3.5, 16.0]), max_size=3, unique=True),
+    per_run=st.one_of(st.none(), st.integers(1, 100)),
+)
+@settings(max_examples=40, deadline=None)
+def test_every_ladder_rung_becomes_a_valid_uniquely_named_scenario(rungs, rates, per_run) -> None:
+    overrides = [f"bench.ladder.concurrency=[{','.join(map(str, rungs))}]"]
+    if rates:
+        overrides.append(f"bench.ladder.request_rate=[{','.join(map(str, rates))}]")
+    if per_run is not None:
+        overrides.append(f"bench.ladder.requests_per_run={per_run}")
+    scenarios = load_config(TWIN_EXPERIMENT, overrides).scenarios()  # validated on load
+    assert len({sc.name for sc in scenarios}) == len(scenarios) == len(rungs) + len(rates)
+    assert sorted(sc.concurrency for sc in scenarios if sc.request_rate is None) == sorted(rungs)
+    assert sorted(sc.request_rate or 0 for sc in scenarios if sc.request_rate) == sorted(rates)
+    assert all(sc.requests_per_run == (per_run or sc.concurrency) for sc in scenarios
+               if sc.request_rate is None)  # fmt: skip

@@ -9,7 +9,9 @@ process cannot stream on its own over several BenchActors.
 
 from __future__ import annotations
 
+from rayspec._types import CATEGORY_METRICS
 from rayspec._types import accept_histogram
+from rayspec._types import category_key
 from rayspec.bench._actor import BenchActor
 from rayspec.bench._actor import BenchWorker
 from rayspec.bench._actor import RaySync
@@ -23,6 +25,7 @@ from rayspec.bench._plan import Scenario
 from rayspec.bench._prompts import PromptRecord
 from rayspec.bench._prompts import RequestInput
 from rayspec.bench._prompts import builtin_prompt_sets
+from rayspec.bench._prompts import dataset_categories
 from rayspec.bench._prompts import load_dataset
 from rayspec.bench._prompts import load_prompts
 from rayspec.bench._prompts import request_input
@@ -39,6 +42,7 @@ from rayspec.bench._runner import raise_for_failure
 from rayspec.bench._runner import run_benchmark
 from rayspec.bench._runner import run_benchmark_detailed
 from rayspec.bench._stats import Comparison
+from rayspec.bench._stats import category_metrics
 from rayspec.bench._stats import compare
 from rayspec.bench._stats import mean_ci95
 from rayspec.bench._stats import per_run_tok_s
@@ -48,6 +52,7 @@ from rayspec.bench._tdist import t_cdf
 from rayspec.bench._tdist import t_ppf
 
 __all__ = [
+    "CATEGORY_METRICS",
     "BenchActor",
     "BenchPlan",
     "BenchResult",
@@ -65,7 +70,10 @@ __all__ = [
     "accept_histogram",
     "arun_benchmark",
     "builtin_prompt_sets",
+    "category_key",
+    "category_metrics",
     "compare",
+    "dataset_categories",
     "failure_of",
     "fetch_server_view",
     "first_failure",

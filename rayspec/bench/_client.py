@@ -1,12 +1,14 @@
 """An async httpx client that streams one request and times every token it receives.
 
-Two endpoints are supported:
+Three endpoints are supported:
 
 - ``generate``: SGLang's native ``POST /generate`` with ``stream: true``. Every SSE chunk
   carries the *cumulative* ``text``/``output_ids`` and ``meta_info.completion_tokens``, so the
   tokens a chunk adds are the increase of ``completion_tokens`` (several at once under
   speculative decoding). The final chunk carries ``spec_verify_ct`` and
   ``spec_correct_drafts_histogram`` when speculation is on.
+- ``chat``: ``POST /v1/chat/completions``, the prompt as one user message, read as
+  ``completions`` is (the delta's ``content`` instead of ``text``).
 - ``completions``: ``POST /v1/completions`` with ``stream_options.include_usage`` and
   ``continuous_usage_stats``; chunks carry delta text and (with continuous usage) a cumulative
   ``usage.completion_tokens``. Without usage on a chunk, a chunk with text counts as one
@@ -26,6 +28,10 @@ taken from it, so a seeded twin study measures the same numbers on a busy and an
 Under load (concurrency > 1) which requests share a batch depends on when they arrive, so those
 runs keep the wall clock. A real SGLang server is always timed by the wall clock
 (``clock="wall"``, the default): the field is never read from it.
+
+**The prompt's category.** With ``send_category=True`` (a twin study) every request body also
+carries a top-level ``rayspec_category`` (the prompt's category in its set; the twin scales the
+request's acceptance by it). A real server never receives it: it is sent only to the twin.
 
 Failures are typed (:class:`~rayspec.StreamStalled` for a read timeout or the whole-request
 deadline, :class:`~rayspec.BenchError` with ``reason=CRASH_MID_BENCHMARK`` for a cut or refused
@@ -48,6 +54,7 @@ from rayspec._exceptions import BenchError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StreamStalled
 from rayspec._plural import plural
+from rayspec._types import DEFAULT_CATEGORY
 from rayspec._types import RequestRecord
 
 _META_KEY = '"meta_info":'
@@ -92,6 +99,7 @@ def _parse_generate_chunk(payload: bytes) -> Any:
 
 _CLOCKS = ("wall", "twin")
 _TWIN_CLOCK_KEY = "rayspec_twin"
+_TWIN_CATEGORY_KEY = "rayspec_category"
 
 
 def _twin_elapsed_s(meta: dict[str, Any]) -> float:
@@ -209,9 +217,10 @@ class StreamClient:
     Args:
         base_url: e.g. ``"http://127.0.0.1:30000"``.
         max_streams: the most requests in flight at once (one connection each).
-        endpoint: ``"generate"`` or ``"completions"``.
+        endpoint: ``"generate"``, ``"completions"`` or ``"chat"``.
         clock: ``"wall"`` (the client's clock, always for a real server) or ``"twin"``
             (requests at concurrency 1 timed by the twin's simulated clock; ``generate`` only).
+        send_category: send each request's category as ``rayspec_category`` (the twin only).
         read_timeout_s: the longest gap allowed between two chunks.
         request_timeout_s: deadline for one whole request.
         temperature, ignore_eos, model: request fields.
@@ -231,6 +240,7 @@ class StreamClient:
         max_streams: int = 1,
         endpoint: str = "generate",
         clock: str = "wall",
+        send_category: bool = False,
         read_timeout_s: float = 30.0,
         request_timeout_s: float = 600.0,
         temperature: float = 0.0,
@@ -238,8 +248,10 @@ class StreamClient:
         model: str = "default",
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if endpoint not in ("generate", "completions"):
-            raise ValueError(f"endpoint={endpoint!r}: expected 'generate' or 'completions'")
+        if endpoint not in ("generate", "completions", "chat"):
+            raise ValueError(
+                f"endpoint={endpoint!r}: expected 'generate', 'completions' or 'chat'"
+            )
         if clock not in _CLOCKS:
             raise ValueError(f"clock={clock!r}: expected 'wall' or 'twin'")
         if clock == "twin" and endpoint != "generate":
@@ -251,6 +263,7 @@ class StreamClient:
         self.base_url = base_url.rstrip("/")
         self.endpoint = endpoint
         self.clock = clock
+        self.send_category = send_category
         self.max_streams = max_streams
         self.read_timeout_s = float(read_timeout_s)
         self.request_timeout_s = float(request_timeout_s)
@@ -304,9 +317,11 @@ class StreamClient:
         """Convert a ``time.perf_counter()`` value of this process to a unix timestamp."""
         return self._anchor_unix + (perf - self._anchor_perf)
 
-    def _payload(self, prompt: str, max_tokens: int) -> tuple[str, dict[str, Any]]:
+    def _payload(
+        self, prompt: str, max_tokens: int, category: str | None = None
+    ) -> tuple[str, dict[str, Any]]:
         if self.endpoint == "generate":
-            return "/generate", {
+            body: dict[str, Any] = {
                 "text": prompt,
                 "sampling_params": {
                     "max_new_tokens": max_tokens,
@@ -315,16 +330,26 @@ class StreamClient:
                 },
                 "stream": True,
             }
-        return "/v1/completions", {
-            "model": self.model,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": self.temperature,
-            "ignore_eos": self.ignore_eos,
-            "stream": True,
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-            "return_spec_tokens_details": True,
-        }
+            path = "/generate"
+        else:
+            body = {
+                "model": self.model,
+                "max_tokens": max_tokens,
+                "temperature": self.temperature,
+                "ignore_eos": self.ignore_eos,
+                "stream": True,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+                "return_spec_tokens_details": True,
+            }
+            if self.endpoint == "chat":
+                path = "/v1/chat/completions"
+                body["messages"] = [{"role": "user", "content": prompt}]
+            else:
+                path = "/v1/completions"
+                body["prompt"] = prompt
+        if self.send_category and category is not None:
+            body[_TWIN_CATEGORY_KEY] = category  # the twin's own field, never SGLang's
+        return path, body
 
     async def stream(
         self, prompt: str, max_tokens: int, *, twin_clock: bool = False
@@ -348,17 +373,24 @@ class StreamClient:
                 raise partial.error from None
             raise partial.error from partial.cause
 
-    async def _stream(self, prompt: str, max_tokens: int, twin_clock: bool) -> StreamResult:
+    async def _stream(
+        self, prompt: str, max_tokens: int, twin_clock: bool, category: str | None = None
+    ) -> StreamResult:
         lane = await self._lanes.get()
         try:
-            return await self._stream_on(lane, prompt, max_tokens, twin_clock)
+            return await self._stream_on(lane, prompt, max_tokens, twin_clock, category)
         finally:
             self._lanes.put_nowait(lane)
 
     async def _stream_on(
-        self, lane: httpx.AsyncClient, prompt: str, max_tokens: int, twin_clock: bool
+        self,
+        lane: httpx.AsyncClient,
+        prompt: str,
+        max_tokens: int,
+        twin_clock: bool,
+        category: str | None = None,
     ) -> StreamResult:
-        path, payload = self._payload(prompt, max_tokens)
+        path, payload = self._payload(prompt, max_tokens, category)
         t0 = time.perf_counter()
         tl = _Timeline(t0=t0, origin=0.0 if twin_clock else t0)
         state: dict[str, Any] = {
@@ -509,7 +541,7 @@ class StreamClient:
                 finish = choice.get("finish_reason")
                 if usage.get("completion_tokens") is not None:
                     tl.advance(now, int(usage["completion_tokens"]))
-                elif choice.get("text"):
+                elif choice.get("text") or (choice.get("delta") or {}).get("content"):
                     tl.advance(now, tl.tokens + 1)
             elif usage.get("completion_tokens") is not None:
                 # Final usage chunk: the authoritative count (no new arrival to time).
@@ -535,9 +567,11 @@ class StreamClient:
         run: int,
         index: int,
         concurrency: int,
+        category: str = DEFAULT_CATEGORY,
     ) -> RequestRecord:
         """Stream one request and return its record; a failure becomes ``record.failure``
         (its :class:`~rayspec.FailureReason`) and ``record.error`` (the message).
+        ``category`` (the prompt's category in its set) is kept on the record.
 
         A failed record keeps what was measured before the failure (tokens so far, TTFT when
         a token arrived, NaN otherwise). With ``clock="twin"`` a request at concurrency 1 is
@@ -545,7 +579,7 @@ class StreamClient:
         """
         twin_clock = self.clock == "twin" and concurrency == 1
         try:
-            res = await self._stream(prompt, max_tokens, twin_clock)
+            res = await self._stream(prompt, max_tokens, twin_clock, category)
         except _Partial as partial:
             tl = partial.timeline
             return RequestRecord(
@@ -561,6 +595,7 @@ class StreamClient:
                 start_unix_s=self.unix_time(tl.t0),
                 error=str(partial.error),
                 failure=partial.error.reason,
+                category=category,
             )
         verify = res.spec_verify_ct
         return RequestRecord(
@@ -578,4 +613,5 @@ class StreamClient:
             accept_length=res.completion_tokens / verify if verify else None,
             output_ids=res.output_ids,
             accept_histogram=res.accept_histogram,
+            category=category,
         )

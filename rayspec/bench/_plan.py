@@ -7,7 +7,7 @@ import math
 
 from rayspec._exceptions import ConfigError
 
-_ENDPOINTS = ("generate", "completions")
+_ENDPOINTS = ("generate", "completions", "chat")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +88,15 @@ class BenchPlan:
         repeats: measured runs per scenario.
         first_run: the run index of the first measured run (an extension of a trial's runs on
             the same server continues the numbering, and with it the prompt sequence).
-        endpoint: ``"generate"`` (SGLang's native ``/generate``, cumulative chunks) or
-            ``"completions"`` (``/v1/completions``, delta chunks plus usage).
+        endpoint: ``"generate"`` (SGLang's native ``/generate``, cumulative chunks),
+            ``"completions"`` (``/v1/completions``, delta chunks plus usage) or ``"chat"``
+            (``/v1/chat/completions``: the prompt as one user message, delta chunks plus usage).
         clock: ``"wall"`` (the client's clock; always for a real server) or ``"twin"``: a
             twin study's requests at concurrency 1 are timed by the twin's simulated clock
             (``meta_info.rayspec_twin``), so a seeded twin study measures the same numbers on
             every run (see :class:`~rayspec.bench.StreamClient`).
+        send_category: send each request's prompt category as ``rayspec_category`` (the
+            twin's own field; only when the server is the twin).
         temperature: sampling temperature (0.0 = greedy, as SGLang's own benchmarks).
         read_timeout_s: the longest gap allowed between two chunks of a stream; a longer gap
             is a stalled stream.
@@ -121,6 +124,7 @@ class BenchPlan:
     first_run: int = 0
     endpoint: str = "generate"
     clock: str = "wall"
+    send_category: bool = False
     temperature: float = 0.0
     read_timeout_s: float = 30.0
     request_timeout_s: float = 600.0

@@ -16,6 +16,7 @@ import random
 from typing import TYPE_CHECKING
 
 from rayspec._exceptions import ConfigError
+from rayspec._types import DEFAULT_CATEGORY
 
 if TYPE_CHECKING:
     from rayspec.bench._plan import Scenario
@@ -27,9 +28,6 @@ def builtin_prompt_sets() -> tuple[str, ...]:
     """Names of the prompt sets shipped in ``rayspec/bench/prompts/``."""
     return tuple(sorted(p.stem for p in _BUILTIN_DIR.glob("*.jsonl")))
 
-
-DEFAULT_CATEGORY = "default"
-"""The category of a record that names none (every record of a set without categories)."""
 
 _EXPECTED = (
     "expected records with a 'prompt' (or 'text') string, or ShareGPT 'conversations' "
@@ -165,12 +163,23 @@ def load_prompts(name_or_path: str) -> tuple[str, ...]:
     return tuple(r.text for r in load_dataset(name_or_path))
 
 
+def dataset_categories(name_or_path: str) -> tuple[str, ...]:
+    """The distinct categories of a prompt set, sorted (``("default",)`` without categories).
+
+    Example:
+        >>> dataset_categories("mixed")
+        ('chat', 'code', 'long-form', 'math')
+    """
+    return tuple(sorted({r.category for r in load_dataset(name_or_path)}))
+
+
 @dataclasses.dataclass(frozen=True)
 class RequestInput:
-    """What one request sends."""
+    """What one request sends, and the category its prompt is counted under."""
 
     prompt: str
     max_tokens: int
+    category: str = DEFAULT_CATEGORY
 
 
 def _rng(scenario: Scenario, *parts: object) -> random.Random:
@@ -179,7 +188,7 @@ def _rng(scenario: Scenario, *parts: object) -> random.Random:
 
 
 def request_input(scenario: Scenario, run: int, index: int) -> RequestInput:
-    """The prompt and length of request ``index`` of run ``run`` (``-1`` = warm-up).
+    """The prompt, length and category of request ``index`` of run ``run`` (``-1`` = warm-up).
 
     Measured requests walk through the prompt set from a per-scenario offset (run ``r``, index
     ``i`` takes position ``offset + r * requests_per_run + i``), so one run never repeats a
@@ -197,6 +206,8 @@ def request_input(scenario: Scenario, run: int, index: int) -> RequestInput:
     seq = run * scenario.requests_per_run + index if run >= 0 else -(index + 1)
     pos = (offset + seq) % len(prompts)
     prompt = prompts[pos]
+    # A prompt lengthened to input_len_range keeps the category of the prompt it starts with.
+    category = load_dataset(scenario.prompt_set)[pos].category
     rng = _rng(scenario, "lengths", run, index)
     max_tokens = scenario.max_tokens
     if scenario.output_len_range is not None:
@@ -209,4 +220,4 @@ def request_input(scenario: Scenario, run: int, index: int) -> RequestInput:
             nxt = (nxt + 1) % len(prompts)
             words.extend(prompts[nxt].split())
         prompt = " ".join(words[:target])
-    return RequestInput(prompt=prompt, max_tokens=max_tokens)
+    return RequestInput(prompt=prompt, max_tokens=max_tokens, category=category)

@@ -245,6 +245,7 @@ async def _one_run(
             run=run,
             index=i,
             concurrency=concurrency,
+            category=inputs[i].category,
         )
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -320,6 +321,7 @@ async def arun_benchmark(
         max_streams=max_streams,
         endpoint=plan.endpoint,
         clock=plan.clock,
+        send_category=plan.send_category,
         read_timeout_s=plan.read_timeout_s,
         request_timeout_s=plan.request_timeout_s,
         temperature=plan.temperature,

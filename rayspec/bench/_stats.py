@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rayspec._types import RequestRecord
+from rayspec._types import category_key
 from rayspec.bench._tdist import t_ppf
 from rayspec.bench._tdist import t_sf2
 
@@ -118,6 +119,39 @@ def summarize(records: Iterable[RequestRecord], scenario: str | None = None) -> 
     out["requests_failed"] = float(len(measured) - len(ok))
     out["runs"] = float(x.size)
     out["output_tokens"] = float(sum(r.completion_tokens for r in ok))
+    return out
+
+
+def category_metrics(
+    records: Iterable[RequestRecord], scenario: str | None = None
+) -> dict[str, float]:
+    """Per prompt category, over the measured runs (warm-up excluded) of ``scenario``.
+
+    ``requests``: the category's measured requests, failed ones included (the counts add up
+    to ``requests_ok + requests_failed``); ``tok_s``: its successful requests' completion
+    tokens over their summed request times (TTFT included): at concurrency 1 the run
+    throughput of that category alone, under load one stream's speed; ``accept_length``: the
+    mean of its successful requests' accept lengths (NaN without speculation). A category
+    without a successful request has NaN figures.
+
+    Example:
+        >>> category_metrics([])
+        {}
+    """
+    by_cat: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in records:
+        if r.run >= 0 and (scenario is None or r.scenario == scenario):
+            by_cat[r.category].append(r)
+    out: dict[str, float] = {}
+    for cat in sorted(by_cat):
+        ok = [r for r in by_cat[cat] if r.ok and r.e2e_ms > 0]
+        secs = sum(r.e2e_ms for r in ok) / 1000.0
+        accepts = [r.accept_length for r in ok if r.accept_length is not None]
+        out[category_key(cat, "requests")] = float(len(by_cat[cat]))
+        out[category_key(cat, "tok_s")] = (
+            sum(r.completion_tokens for r in ok) / secs if secs > 0 else _NAN
+        )
+        out[category_key(cat, "accept_length")] = float(np.mean(accepts)) if accepts else _NAN
     return out
 
 

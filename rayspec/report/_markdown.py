@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from rayspec._types import TrialState
+from rayspec.report._categories import category_lines
 from rayspec.results import ABOVE_PEAK_WHY
 from rayspec.results import above_peak
 from rayspec.results import gains
@@ -227,6 +228,7 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
         for r in failures:
             detail = str(r["failure_detail"]).splitlines()[0][:300]
             lines.append(f"- trial {r['trial']} ({r.get('failure') or 'unknown'}): {detail}")
+    lines += category_lines(data)  # only for a prompt set of several categories
     lines += ["", "## Plots", ""]
     for plot in plots:
         lines += [f"### {plot.title}", ""]

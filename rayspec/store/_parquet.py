@@ -28,12 +28,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from rayspec._exceptions import StoreError
+from rayspec._types import CATEGORY_METRICS
+from rayspec._types import DEFAULT_CATEGORY
 from rayspec._types import Candidate
 from rayspec._types import LaunchSpec
 from rayspec._types import RequestRecord
 from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
+from rayspec._types import category_key
 from rayspec.store._base import BaseTrialStore
 from rayspec.store._folder import StudyFolder
 
@@ -122,16 +125,25 @@ still stored, with a warning, but readers that take one file's schema (``pq.read
 DuckDB) miss it where the first file lacks it: declare new metrics here."""
 
 
-def trial_schema(scenarios: Sequence[str] = ()) -> pa.Schema:
+def trial_schema(scenarios: Sequence[str] = (), categories: Sequence[str] = ()) -> pa.Schema:
     """The one schema of every trial file of a study, so any reader sees every column.
 
     Args:
         scenarios: the scenarios after the first (the objective's), whose summary metrics are
             stored as ``<scenario>__<metric>``.
+        categories: the prompt set's categories (a set of more than one), whose figures over
+            the objective scenario are stored as ``category__<category>__<metric>``.
     """
     fields = list(TRIAL_SCHEMA) + [pa.field(m, pa.float64()) for m in TRIAL_METRICS]
+    fields += _category_fields(categories)
     fields += [pa.field(f"{sc}__{m}", pa.float64()) for sc in scenarios for m in SUMMARY_METRICS]
     return pa.schema(fields)
+
+
+def _category_fields(categories: Sequence[str]) -> list[pa.Field]:
+    """The ``category__<category>__<metric>`` columns (float64)."""
+    keys = [category_key(c, m) for c in categories for m in CATEGORY_METRICS]
+    return [pa.field(k, pa.float64()) for k in keys]
 
 
 REQUEST_SCHEMA = pa.schema(
@@ -155,6 +167,7 @@ REQUEST_SCHEMA = pa.schema(
         ("error", pa.string()),  # the failure's message
         ("output_ids", pa.list_(pa.int64())),  # the greedy output, for the correctness gate
         ("accept_histogram", pa.list_(pa.int64())),  # verify steps by drafts accepted
+        ("category", pa.string()),  # the prompt's category (null: written before the column)
     ]
 )
 
@@ -229,6 +242,7 @@ def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
             "error": r.error,
             "output_ids": list(r.output_ids) if r.output_ids is not None else None,
             "accept_histogram": _ints(r.accept_histogram),
+            "category": r.category,
         }
         for r in records
     ]
@@ -237,7 +251,8 @@ def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
 
 def request_record(row: Mapping[str, Any]) -> RequestRecord:
     """A stored request row as the record it was written from (the inverse of
-    :func:`request_rows`; a row written before the ``failure`` column reads as unknown)."""
+    :func:`request_rows`; a row written before the ``failure`` column reads as unknown, one
+    before the ``category`` column as the default category)."""
     ids = row.get("output_ids")
     hist = row.get("accept_histogram")
     verify = row.get("spec_verify_ct")
@@ -253,6 +268,7 @@ def request_record(row: Mapping[str, Any]) -> RequestRecord:
         output_ids=tuple(int(i) for i in ids) if ids is not None else None,
         failure=row.get("failure"),
         accept_histogram=tuple(int(n) for n in hist) if hist is not None else None,
+        category=str(row.get("category") or DEFAULT_CATEGORY),
     )  # fmt: skip
 
 
@@ -260,7 +276,11 @@ def _nan_if_none(value: Any) -> float:
     return float(value) if value is not None else float("nan")
 
 
-def trial_row(record: TrialRecord | TrialResult, scenarios: Sequence[str] = ()) -> pa.Table:
+def trial_row(
+    record: TrialRecord | TrialResult,
+    scenarios: Sequence[str] = (),
+    categories: Sequence[str] = (),
+) -> pa.Table:
     """One trial's row in :func:`trial_schema` (absent metrics are nulls)."""
     from rayspec._version import __version__
 
@@ -307,7 +327,7 @@ def trial_row(record: TrialRecord | TrialResult, scenarios: Sequence[str] = ()) 
         "rayspec_version": __version__,
         "accept_histogram": _ints(record.histogram),
     }
-    schema = trial_schema(scenarios)
+    schema = trial_schema(scenarios, categories)
     declared = set(schema.names)
     fields = list(schema)
     for key in sorted(result.metrics):
@@ -388,12 +408,17 @@ class ParquetTrialStore(BaseTrialStore):
         store.load_trials().to_pylist()
     """
 
-    def __init__(self, root: str, scenarios: Sequence[str] = ()) -> None:
+    def __init__(
+        self, root: str, scenarios: Sequence[str] = (), categories: Sequence[str] = ()
+    ) -> None:
         """Args: root: the study folder; scenarios: the scenarios after the objective's (their
-        ``<scenario>__<metric>`` columns are in every row, see :func:`trial_schema`)."""
+        ``<scenario>__<metric>`` columns are in every row, see :func:`trial_schema`);
+        categories: the prompt set's categories when it has several (their
+        ``category__<category>__<metric>`` columns likewise)."""
         self.root = root
         self.folder = StudyFolder(root)
         self.scenarios = tuple(scenarios)
+        self.categories = tuple(categories)
         self.trials_dir = self.folder.trials
         self.requests_dir = self.folder.requests
 
@@ -411,7 +436,8 @@ class ParquetTrialStore(BaseTrialStore):
             # Requests first: a trial row never points at request rows that do not exist.
             if result.requests:
                 _write_atomic(self.requests_dir, name, request_rows(result.trial, result.requests))
-            return _write_atomic(self.trials_dir, name, trial_row(record, self.scenarios))
+            row = trial_row(record, self.scenarios, self.categories)
+            return _write_atomic(self.trials_dir, name, row)
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(
                 f"cannot write trial {result.trial} under {self.root}: {exc}"
@@ -459,7 +485,7 @@ class ParquetTrialStore(BaseTrialStore):
 
     def load_trials(self) -> pa.Table:
         try:
-            return _read_folder(self.trials_dir, trial_schema(self.scenarios))
+            return _read_folder(self.trials_dir, trial_schema(self.scenarios, self.categories))
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read {self.trials_dir}: {exc}") from exc
 

@@ -100,7 +100,9 @@ class SimulatedTrials:
             records = []
             for i in range(n):
                 ask = request_input(scenario, run, i)
-                r = server.generate(count_prompt_tokens(ask.prompt), ask.max_tokens, ask.prompt)
+                r = server.generate(
+                    count_prompt_tokens(ask.prompt), ask.max_tokens, ask.prompt, ask.category
+                )
                 records.append(
                     RequestRecord(
                         scenario=scenario.name, run=run, index=i, concurrency=1,
@@ -108,6 +110,7 @@ class SimulatedTrials:
                         ttft_ms=r.ttft_ms, e2e_ms=r.e2e_ms, itl_ms=r.itl_ms, start_unix_s=start,
                         spec_verify_ct=r.verify_ct, accept_length=r.accept_length,
                         output_ids=r.output_ids, accept_histogram=r.correct_drafts_histogram,
+                        category=ask.category,
                     )
                 )  # fmt: skip
             wall = sum(rec.e2e_ms for rec in records) / 1000.0

@@ -63,6 +63,7 @@ from rayspec.tune._strategy import make_strategy
 from rayspec.tune._strategy import stored_equivalence
 from rayspec.tune._trial import LIVE_ACTORS
 from rayspec.tune._trial import run_trial
+from rayspec.tune._trial import study_categories
 
 __all__ = ["StudyOutcome", "idle_reason", "run_study"]
 
@@ -89,7 +90,9 @@ class StudyOutcome:
 
 
 def _store(cfg: ExperimentConfig) -> ParquetTrialStore:
-    return ParquetTrialStore(cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]])
+    return ParquetTrialStore(
+        cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]], study_categories(cfg)
+    )
 
 
 def idle_reason(

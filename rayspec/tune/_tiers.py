@@ -56,17 +56,19 @@ class AdaptiveTiers:
 def adaptive_tiers(cfg: ExperimentConfig, report: StudyReport) -> AdaptiveTiers | None:
     """The tiers for this study, or None where they do not apply.
 
-    They apply with two or more scenarios of different concurrency, a static EAGLE/EAGLE3
+    They apply with two or more closed-loop scenarios (no ``request_rate``) of different
+    concurrency, a static EAGLE/EAGLE3
     algorithm in the space, an SGLang with ``--speculative-adaptive``, and speculation best
     at one concurrency at least.
     """
     algorithms = [m for m in cfg.search.speculative.modes if m != SPEC_OFF and not is_adaptive(m)]
     if not algorithms or not sglang_features(cfg.server.version).adaptive_spec:
         return None
-    scenarios = cfg.scenarios()
+    primary = cfg.scenarios()[0].name
+    # A tier is a batch size; a Poisson scenario's concurrency is only a cap on it.
+    scenarios = [sc for sc in cfg.scenarios() if sc.request_rate is None]
     if len({sc.concurrency for sc in scenarios}) < 2:
         return None
-    primary = scenarios[0].name
 
     def tok_s(row: Row, scenario: str) -> float:
         # The first scenario is the objective (tok_s_mean, every start pooled); the others are
@@ -131,5 +133,6 @@ def write_adaptive_tiers(
         MODEL_PLACEHOLDER: f'"{MODEL_PLACEHOLDER}"',
         DRAFT_PLACEHOLDER: f'"{DRAFT_PLACEHOLDER}"',
     }
-    line = f"env {unset} {env} " + " ".join(keep.get(a) or shlex.quote(a) for a in argv)
+    cmd = " ".join(keep.get(a) or shlex.quote(a) for a in argv)
+    line = " ".join(part for part in ("env", unset, env, cmd) if part)
     return path, line, found

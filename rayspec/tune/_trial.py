@@ -17,6 +17,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rayspec._config import BenchApi
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ActorLost
@@ -40,6 +41,8 @@ from rayspec.bench import BenchActor
 from rayspec.bench import BenchPlan
 from rayspec.bench import BenchResult
 from rayspec.bench import Scenario
+from rayspec.bench import category_metrics
+from rayspec.bench import dataset_categories
 from rayspec.bench import first_failure
 from rayspec.bench import summarize
 from rayspec.bench._protocol import RunPlan
@@ -118,6 +121,7 @@ LIVE_ACTORS = _LiveActors()
 
 def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
     """The experiment's measurement protocol as the bench package's plan."""
+    twin = cfg.server.engine is Engine.twin
     scenarios = tuple(
         Scenario(
             name=sc.name,
@@ -138,7 +142,10 @@ def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
         temperature=cfg.bench.temperature,
         # The twin's simulated clock times a twin study (reproducible for a seeded study);
         # a real server is always timed by the wall clock.
-        clock="twin" if cfg.server.engine is Engine.twin else "wall",
+        clock="twin" if twin and cfg.bench.api is BenchApi.generate else "wall",
+        # The twin is told each request's prompt category (its acceptance depends on it).
+        send_category=twin,
+        endpoint=cfg.bench.api.value,
         read_timeout_s=cfg.bench.read_timeout_s,
         request_timeout_s=cfg.bench.request_timeout_s,
     )
@@ -152,6 +159,13 @@ def extension_plan(cfg: ExperimentConfig, done: int) -> BenchPlan:
 
 def objective_scenario(cfg: ExperimentConfig) -> str:
     return cfg.scenarios()[0].name
+
+
+def study_categories(cfg: ExperimentConfig) -> tuple[str, ...]:
+    """The prompt set's categories when it has several (their figures are stored per trial),
+    else none."""
+    cats = dataset_categories(cfg.bench.prompts)
+    return cats if len(cats) > 1 else ()
 
 
 def trial_log_path(cfg: ExperimentConfig, number: int) -> str:
@@ -416,6 +430,8 @@ def trial_result(
         for key, value in summarize(records, scenario=name).items():
             metrics[f"{name}__{key}"] = value
     metrics.update(view)
+    if study_categories(cfg):  # the objective scenario's figures per prompt category
+        metrics.update(category_metrics(records, scenario=scenarios[0]))
     measured = [r for r in bench.runs if r.run >= 0]
     planned = cfg.bench.repeats * len(scenarios)
     pruned = pruned and len(measured) < planned  # a stop after the last run saves nothing

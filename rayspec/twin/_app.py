@@ -176,6 +176,13 @@ def _max_new_tokens(params: Mapping[str, Any], unlimited: Callable[[], int]) -> 
     return unlimited() if value is None else int(value)
 
 
+def _category(body: Mapping[str, Any]) -> str | None:
+    """The twin's own top-level ``rayspec_category`` (the prompt's category, sent by
+    rayspec's client to the twin only; SGLang ignores unknown top-level keys)."""
+    value = body.get("rayspec_category")
+    return value if isinstance(value, str) and value else None
+
+
 def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
@@ -550,6 +557,7 @@ class TwinServer:
         max_new_tokens: int,
         rid: str | None = None,
         stops: Stops | None = None,
+        category: str | None = None,
     ) -> GenRequest:
         """Queue one generation in the engine (also used for the warmup request).
 
@@ -576,6 +584,7 @@ class TwinServer:
             prompt_tokens=prompt_tokens,
             max_new_tokens=n,
             output_ids=ids,
+            category=category,
         )
         self._ends[req.index] = end
         while len(self._ends) > 4096:  # ends of requests long served
@@ -751,6 +760,7 @@ class TwinServer:
             return _error(400, f"invalid stop condition in sampling_params: {exc}")
         rid = body.get("rid")
         rids = rid if isinstance(rid, list) else [rid] * len(keys)
+        category = _category(body)
         reqs = [
             self.submit(
                 key,
@@ -758,6 +768,7 @@ class TwinServer:
                 _max_new_tokens(one, functools.partial(self._unlimited_budget, n)),
                 rid=(r if len(keys) == 1 else None) or None,
                 stops=stop,
+                category=category,
             )
             for key, n, one, r, stop in zip(keys, counts, sps, rids, stops, strict=False)
         ]
@@ -902,7 +913,7 @@ class TwinServer:
         except (TypeError, ValueError) as exc:
             return _error(400, f"invalid stop condition: {exc}")
         budget = self._unlimited_budget(prompt_tokens) if max_tokens is None else int(max_tokens)
-        req = self.submit(prompt_key, prompt_tokens, budget, stops=stops)
+        req = self.submit(prompt_key, prompt_tokens, budget, stops=stops, category=_category(body))
         rid = ("chatcmpl-" if chat else "cmpl-") + req.rid
         created = int(time.time())
         model = str(body.get("model") or self.model_name)

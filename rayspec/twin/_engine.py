@@ -300,10 +300,18 @@ class Engine:
                 req._event.set()
 
     def submit(
-        self, *, rid: str, prompt_tokens: int, max_new_tokens: int, output_ids: list[int]
+        self,
+        *,
+        rid: str,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        output_ids: list[int],
+        category: str | None = None,
     ) -> GenRequest:
-        """Queue a request; its tokens arrive through :meth:`updates`."""
+        """Queue a request; its tokens arrive through :meth:`updates`. ``category`` (the
+        prompt's, when the client said) scales its acceptance (``drafter.category_mult``)."""
         noise = self.noise.draw_request()
+        by_category = self.model.profile.drafter.mult_for(category)
         index = self._next_index
         self._next_index += 1
         req = GenRequest(
@@ -312,7 +320,7 @@ class Engine:
             prompt_tokens=prompt_tokens,
             max_new_tokens=max(0, max_new_tokens),
             output_ids=output_ids,
-            mult=noise.mult * self.accept_scale,
+            mult=noise.mult * self.accept_scale * by_category,
             time_factor=noise.time_factor,
             rng=random.Random(self.seed * 1_000_003 + index),
             arrival_s=self._now(),

@@ -236,11 +236,23 @@ class AcceptanceProfile:
 
 @dataclasses.dataclass(frozen=True)
 class DrafterProfile:
-    """The drafter's acceptance model (*EAGLE-3*)."""
+    """The drafter's acceptance model (*EAGLE-3*).
+
+    ``category_mult``: a request's acceptance multiplier by its prompt's category (*Prompt
+    categories*), on top of its noise draw; a category not named (``"default"`` among them)
+    keeps 1.
+    """
 
     acceptance: AcceptanceProfile
     a_cap: float
     tree_theta: float
+    category_mult: Mapping[str, float] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+    def mult_for(self, category: str | None) -> float:
+        """The acceptance multiplier of a request of ``category`` (1 when not named)."""
+        return self.category_mult.get(category, 1.0) if category is not None else 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -660,11 +672,22 @@ def _acceptance(node: _Node) -> AcceptanceProfile:
     return out
 
 
+def _category_mult(node: _Node) -> Mapping[str, float]:
+    """``drafter.category_mult``: category -> a positive multiplier (absent: none)."""
+    if not node.has("category_mult"):
+        return MappingProxyType({})
+    sub = node.node("category_mult")
+    out = {str(k): sub.get_float(str(k), positive=True) for k in sub.data}
+    sub.done()
+    return MappingProxyType(out)
+
+
 def _drafter(node: _Node) -> DrafterProfile:
     out = DrafterProfile(
         acceptance=_acceptance(node.node("acceptance")),
         a_cap=_probability(node, "a_cap", node.raw("a_cap")),
         tree_theta=_probability(node, "tree_theta", node.raw("tree_theta")),
+        category_mult=_category_mult(node),
     )
     node.done()
     return out

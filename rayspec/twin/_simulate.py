@@ -175,13 +175,19 @@ class SimulatedServer:
         return cost
 
     def generate(
-        self, prompt_tokens: int, max_new_tokens: int, prompt: str | None = None
+        self,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        prompt: str | None = None,
+        category: str | None = None,
     ) -> SimulatedRequest:
         """Serve one request alone (the engine's prefill, then decode cycles).
 
-        With ``prompt`` the result carries the twin's greedy output ids for it.
+        With ``prompt`` the result carries the twin's greedy output ids for it; ``category``
+        (the prompt's) scales its acceptance as the twin server does (``drafter.category_mult``).
         """
         draw = self.noise.draw_request()
+        draw = draw._replace(mult=draw.mult * self.profile.drafter.mult_for(category))
         rng = random.Random(self.seed * 1_000_003 + self._index)
         self._index += 1
         start = self.noise.start_factor

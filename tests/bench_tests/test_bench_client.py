@@ -197,7 +197,7 @@ def test_a_request_failure_is_typed_not_read_from_its_text() -> None:
 
 def test_client_validates_arguments() -> None:
     with pytest.raises(ValueError, match="endpoint"):
-        StreamClient("http://127.0.0.1:1", endpoint="chat")
+        StreamClient("http://127.0.0.1:1", endpoint="responses")
     with pytest.raises(ValueError, match="max_streams"):
         StreamClient("http://127.0.0.1:1", max_streams=0)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -62,6 +63,7 @@ def test_each_concurrency_gets_its_best_chain_or_no_speculation(tmp_path) -> Non
     assert "--speculative-adaptive --" in line and f"--speculative-adaptive-config {path}" in line
     assert "--speculative-num-steps 3 --speculative-eagle-topk 1" in line
     assert "NCCL_PROTO=LL" in line and "sglang.launch_server" in line
+    assert "  " not in line  # one space between the parts, whichever are empty
 
 
 def test_no_tiers_without_two_loads_or_where_speculation_never_wins(tmp_path) -> None:
@@ -73,3 +75,21 @@ def test_no_tiers_without_two_loads_or_where_speculation_never_wins(tmp_path) ->
     faster = (rows[0], _row(1, SpecSettings("EAGLE3", 2, 1, 3), 90.0, 500.0))
     assert adaptive_tiers(_cfg(tmp_path), _report(*faster)) is not None
     assert adaptive_tiers(old, _report(*faster)) is None  # no --speculative-adaptive before 0.5.23
+
+
+def test_a_poisson_rung_is_not_a_tier_its_concurrency_is_only_a_cap(tmp_path) -> None:
+    """c1 plus a rate rung capped at 64 in flight: one batch size measured, so no tiers (a
+    tier "64" would claim a batch size that rung never held)."""
+    rows = (_row(0, None, 60.0, 700.0), _row(1, SpecSettings("EAGLE3", 2, 1, 3), 90.0, 500.0))
+    ladder = load_config(TWIN_EXPERIMENT, [
+        f"output.dir={tmp_path}", "bench.ladder.concurrency=[1]", "bench.ladder.request_rate=[4]",
+    ])  # fmt: skip
+    report = _report(rows[0], dataclasses.replace(rows[1], per_scenario=(("r4", 500.0),)))
+    assert adaptive_tiers(ladder, report) is None
+    closed = load_config(TWIN_EXPERIMENT, [
+        f"output.dir={tmp_path}", "bench.ladder.concurrency=[1,16]",
+        "bench.ladder.request_rate=[4]",
+    ])  # fmt: skip
+    rows16 = (rows[0], dataclasses.replace(rows[1], per_scenario=(("c16", 500.0), ("r4", 500.0))))
+    found = adaptive_tiers(closed, _report(*rows16))
+    assert found is not None and set(found.tiers) == {"1", "16"}
