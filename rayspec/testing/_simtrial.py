@@ -172,7 +172,7 @@ def _load_run(
     )
     served = server.serve(
         [
-            LoadAsk(count_prompt_tokens(a.prompt), a.max_tokens, d)
+            LoadAsk(count_prompt_tokens(a.prompt), a.max_tokens, d, a.category)
             for a, d in zip(asks, due, strict=True)
         ],
         scenario.concurrency,
@@ -185,7 +185,7 @@ def _load_run(
             spec_verify_ct=r.verify_ct,
             accept_length=r.completion_tokens / r.verify_ct if r.verify_ct else None,
             output_ids=server.output_ids(ask.prompt, r.completion_tokens),
-            accept_histogram=r.histogram,
+            accept_histogram=r.histogram, category=ask.category,
         )
         for i, (ask, r) in enumerate(zip(asks, served, strict=True))
     )  # fmt: skip

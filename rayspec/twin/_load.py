@@ -45,6 +45,7 @@ class LoadAsk:
     prompt_tokens: int
     max_new_tokens: int
     due_s: float = 0.0
+    category: str | None = None  # the prompt's: scales its acceptance as the twin server does
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +150,7 @@ def serve_load(
             ask = asks[i]
             req = engine.submit(
                 rid=str(i), prompt_tokens=ask.prompt_tokens,
-                max_new_tokens=ask.max_new_tokens, output_ids=[],
+                max_new_tokens=ask.max_new_tokens, output_ids=[], category=ask.category,
             )  # fmt: skip
             flying[i] = _Stream(req, clock.now_s, t0)
         clock.now_s = start

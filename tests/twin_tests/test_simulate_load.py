@@ -24,6 +24,7 @@ from rayspec.bench import request_input
 from rayspec.server import build_launch
 from rayspec.testing import SimulatedTrials
 from rayspec.testing._twin import TwinProcess
+from rayspec.twin import load_profile
 from rayspec.twin._simulate import LoadAsk
 from rayspec.twin._simulate import SimulatedServer
 from rayspec.twin._text import count_prompt_tokens
@@ -172,3 +173,16 @@ def test_a_poisson_scenario_measures_per_load_in_process(tmp_path) -> None:
     assert first["tok_s_mean"] == again["tok_s_mean"]  # a seeded trial repeats exactly
     assert first["tok_s_mean"] > first["fast__tok_s_mean"] > 2 * first["slow__tok_s_mean"]
     assert first["slow__itl_ms_mean"] < first["itl_ms_mean"]  # smaller batches, faster steps
+
+
+def test_a_load_keeps_each_requests_category(tmp_path) -> None:
+    """Under load too a request's prompt category scales its acceptance (the engine's
+    ``submit(category=...)``, as over HTTP)."""
+    cfg = load_config(TWIN_EXPERIMENT)
+    args, env = _http_args(
+        cfg, Candidate(nccl_env=LL_SYS, spec=SpecSettings("EAGLE3", 2, 1, 3)), 4
+    )
+    sim = SimulatedServer(args, env, load_profile(cfg.server.twin.profile).without_noise())
+    served = sim.serve([LoadAsk(20, 400, category=c) for c in ["code"] * 8 + ["chat"] * 8], 16)
+    accept = [r.completion_tokens / r.verify_ct for r in served if r.verify_ct]
+    assert statistics.mean(accept[:8]) > 1.03 * statistics.mean(accept[8:])
