@@ -26,6 +26,13 @@ allows (``l40s-pcie-tp4-dense-deep``: 6 steps in the quickstart space, 8 in the 
 included, hang at the first collective); ``field3x/quick``, ``field3x/full``, the field profile
 with 3x its between-start noise (``sigma_start`` 0.03).
 
+A multi-load case, ``field/ladder`` (not in the default ``--cases``): the field profile with the
+quickstart space and four scenarios, concurrency 1 (the objective, 500 tokens), 8, 32 and 64 (one
+closed-loop wave of 200-token requests per run; the twin's scheduler in process). Its truth is
+per load (:func:`true_tok_s_at`), and its own table counts restarts until the best per load (the
+report's pick at concurrency 1, its per-scenario best at the others: what
+``adaptive_tiers.json`` is built from) is within 1 % of the true best at every load.
+
 Noise: ``--start-noise-scale S`` multiplies the profile's between-start noise (``sigma_start``)
 and ``--noise-scale S`` every noise term (``sigma_start``, ``sigma_accept``, ``sigma_time``), for
 every case, on top of the case's own scale (``field3x``: start x3). It is applied through the
@@ -94,18 +101,24 @@ from rayspec._config import ExperimentConfig  # noqa: E402
 from rayspec._config import load_config  # noqa: E402
 from rayspec._types import Candidate  # noqa: E402
 from rayspec._types import SpecSettings  # noqa: E402
+from rayspec.bench import request_input  # noqa: E402
+from rayspec.results import StudyReport  # noqa: E402
 from rayspec.results import build_report  # noqa: E402
 from rayspec.results import candidate_reader  # noqa: E402
 from rayspec.results import load_equivalence  # noqa: E402
 from rayspec.search import SearchSpace  # noqa: E402
+from rayspec.server import build_launch  # noqa: E402
 from rayspec.server import server_env  # noqa: E402
 from rayspec.store import ParquetTrialStore  # noqa: E402
 from rayspec.testing import SimulatedTrials  # noqa: E402
 from rayspec.testing import SlottedTrials  # noqa: E402
 from rayspec.tune import run_study  # noqa: E402
+from rayspec.tune._trial import bench_plan  # noqa: E402
 from rayspec.twin import PerfModel  # noqa: E402
 from rayspec.twin import load_profile  # noqa: E402
 from rayspec.twin import resolve_nccl  # noqa: E402
+from rayspec.twin._simulate import SimulatedServer  # noqa: E402
+from rayspec.twin._text import count_prompt_tokens  # noqa: E402
 
 EXPERIMENT = os.path.join(ROOT, "experiments", "eagle3-twin.yaml")
 FULL_SPACE = os.path.join(HERE, "spaces", "full-field.yaml")
@@ -145,6 +158,22 @@ CASES.update(
         "field3x/full": [FULL_SPACE, *FIELD_PROTOCOL],
     }
 )
+# Multi-load cases: scenarios at several concurrencies (closed loop, one wave of requests per
+# run); the first is the objective. Their truth is per load (:func:`true_tok_s_at`) and they get
+# a table of their own: restarts until the best per load is within 1 % at every load.
+LADDER = (1, 8, 32, 64)
+LADDER_TOKENS = 200  # the loaded scenarios' output length (500 at concurrency 1, the field's)
+LADDER_SCENARIOS = (
+    "bench.scenarios=["
+    + ",".join(
+        f"{{name: c{c}, concurrency: {c}, requests_per_run: {c}, "
+        f"max_tokens: {500 if c == 1 else LADDER_TOKENS}}}"
+        for c in LADDER
+    )
+    + "]"
+)
+LADDER_CASES = {"field/ladder": LADDER}
+CASES.update({"field/ladder": [*FIELD_PROTOCOL, LADDER_SCENARIOS]})
 # A case's own noise: (between-start noise scale, every-noise-term scale).
 CASE_NOISE: dict[str, tuple[float, float]] = {
     "field3x/quick": (3.0, 1.0),
@@ -237,6 +266,103 @@ def floor_of(case: str) -> float:
     )
 
 
+@functools.cache
+def _running_cap(case: str, speculative: bool) -> int:
+    """``max_running_requests`` of the case's servers, with or without speculation."""
+    cfg = truth_config(case)
+    spec = SpecSettings("EAGLE3", 2, 1, 3) if speculative else None
+    launch = build_launch(cfg, Candidate(spec=spec), port=0, log_path=os.devnull)
+    return SimulatedServer(launch.argv[3:], dict(launch.env)).max_running
+
+
+@functools.cache
+def _ladder_ctx(case: str, concurrency: int) -> float:
+    """The mean context of a ladder scenario's decode: its prompts (run 0) plus half its
+    output."""
+    scenario = next(
+        s for s in bench_plan(truth_config(case)).scenarios if s.name == f"c{concurrency}"
+    )
+    asks = [request_input(scenario, 0, i) for i in range(scenario.requests_per_run)]
+    prompt = statistics.mean(count_prompt_tokens(a.prompt) for a in asks)
+    return prompt + scenario.max_tokens / 2
+
+
+@functools.cache
+def true_tok_s_at(case: str, candidate: Candidate, concurrency: int) -> float:
+    """The noise-free throughput of one run of ``concurrency`` equal requests (a ladder case's
+    truth at that load; :func:`true_tok_s` at concurrency 1): the requests run in waves of at
+    most ``max_running_requests`` (the rest queue), each wave at the model's decode rate for
+    its batch at the scenario's mean context, ``concurrency / sum(1 / r(B))`` with ``r(B)`` one
+    request's rate at batch B. 0 when it never starts. What a run measures lies 0-10 % below it
+    (prefill, and the wave's end waiting for its slowest request; docs/twin-model.md)."""
+    cfg = truth_config(case)
+    base = true_tok_s(cfg, candidate)
+    if concurrency == 1 or base == 0.0:
+        return base
+    profile = load_profile(cfg.server.twin.profile)
+    cap = _running_cap(case, candidate.spec is not None)
+    waves = [cap] * (concurrency // cap) + ([concurrency % cap] if concurrency % cap else [])
+    ctx = _ladder_ctx(case, concurrency)
+    try:
+        nccl = resolve_nccl(server_env(cfg, candidate)[0], profile)
+        model = PerfModel(profile, nccl, candidate.spec)
+        return concurrency / sum(1.0 / model.expected_tok_s(b, ctx) for b in waves)
+    except Exception:  # noqa: BLE001 - any model refusal means "cannot run"
+        return 0.0
+
+
+@functools.cache
+def ladder_candidates(case: str) -> tuple[Candidate, ...]:
+    """Every speculative setting of the case's space with each distinct NCCL behaviour at
+    every payload a ladder load sends (up to the largest load x 16 tokens)."""
+    cfg = truth_config(case)
+    space = SearchSpace.from_config(cfg.search)
+    profile = load_profile(cfg.server.twin.profile)
+    sizes = sorted({t * profile.model.token_bytes for t in range(1, 16 * max(LADDER) + 1, 7)})
+    behaviours: dict[tuple[float, ...], tuple[tuple[str, str], ...]] = {}
+    names = [n for n, _ in space.nccl]
+    for combo in itertools.product(*(c for _, c in space.nccl)):
+        env = tuple(sorted((n, v) for n, v in zip(names, combo, strict=True) if v != "unset"))
+        try:
+            nccl = resolve_nccl(server_env(cfg, Candidate(nccl_env=env))[0], profile)
+            if nccl.hang:
+                continue
+            sig = tuple(round(nccl.allreduce_us(size), 6) for size in sizes)
+        except Exception:  # noqa: BLE001
+            continue
+        behaviours.setdefault(sig, env)
+    specs: list[SpecSettings | None] = [None]
+    for k in space.num_steps:
+        for m in space.eagle_topk:
+            for n in [k + 1] if m == 1 else space.num_draft_tokens:
+                spec = SpecSettings("EAGLE3", k, m, n)
+                if spec.fits_tree:
+                    specs.append(spec)
+    return tuple(
+        Candidate(nccl_env=env, spec=spec) for env in behaviours.values() for spec in specs
+    )
+
+
+@functools.cache
+def optimum_at_load(case: str, concurrency: int) -> tuple[float, Candidate]:
+    """The best true value at one load of a ladder case, and a configuration that has it."""
+    return max(
+        ((true_tok_s_at(case, c, concurrency), c) for c in ladder_candidates(case)),
+        key=lambda pair: pair[0],
+    )
+
+
+def ladder_picks(case: str, report: StudyReport) -> tuple[float, ...]:
+    """The true value at each load of the study's best for that load: the report's pick for
+    the objective (the first scenario), its per-scenario best for the others (0: none yet)."""
+    best = dict(report.best_per_scenario)
+    picks = []
+    for i, c in enumerate(LADDER_CASES[case]):
+        row = report.best if i == 0 else best.get(f"c{c}")
+        picks.append(true_tok_s_at(case, row.candidate, c) if row is not None else 0.0)
+    return tuple(picks)
+
+
 def noisy_profile(name: str, start_scale: float, all_scale: float, folder: str) -> str:
     """A profile file of ``name`` (a built-in name or a path) with its noise scaled: every sigma
     x ``all_scale``, and ``sigma_start`` x ``start_scale`` on top. Same name and constants
@@ -271,6 +397,8 @@ class StudyRun:
     bench_s_per_restart: float
     wall_s: float
     peak: int = 1  # most trials that ran at once
+    # A ladder case: per restart count, the true value at each load of the best for that load.
+    load_picks: tuple[tuple[float, ...], ...] = ()
 
 
 def one_study(
@@ -321,6 +449,7 @@ def one_study(
     roles = {r.trial: r.role for r in records if r.role}
     launches = [r.trial for r in records if r.launched]
     picks: list[float] = []
+    load_picks: list[tuple[float, ...]] = []
     for n in range(1, budget + 1):
         upto = launches[min(n, len(launches)) - 1] if launches else -1
         subset = [r for r in records if r.trial <= upto]
@@ -328,6 +457,8 @@ def one_study(
             subset, roles, start_noise=cfg.study.start_noise, equivalent=equivalent
         )
         picks.append(true_tok_s(truth, report.best.candidate) if report.best else 0.0)
+        if case in LADDER_CASES:
+            load_picks.append(ladder_picks(case, report))
     measured = [r for r in records if r.launched]
     runs = [r.result.metrics.get("runs", 0.0) for r in measured]
     bench = [r.result.metrics.get("bench_s", 0.0) for r in measured]
@@ -335,7 +466,7 @@ def one_study(
         case, strategy, seed, tuple(picks), floor_of(case), len(launches),
         not outcome.stopped.startswith(_BUDGET_SPENT),
         statistics.mean(runs) if runs else 0.0, statistics.mean(bench) if bench else 0.0,
-        time.monotonic() - t0, peak,
+        time.monotonic() - t0, peak, tuple(load_picks),
     )  # fmt: skip
 
 
@@ -434,6 +565,54 @@ def print_table(
         value, best = optimum_at(case)
         print(f"optimum {case}: {value:.2f} tok/s (true, noise-free) at {best.label()}; "
               f"floor {floor_of(case):.2f}")  # fmt: skip
+
+
+def _first_within(
+    rows: list[tuple[float, ...]], opts: list[float], loads: list[int]
+) -> int | None:
+    """The first restart count whose picks are within 1 % of the optimum at every load in
+    ``loads`` (indices), or None."""
+    return next(
+        (n + 1 for n, row in enumerate(rows) if all(row[j] >= 0.99 * opts[j] for j in loads)),
+        None,
+    )
+
+
+def print_ladder(grouped: dict[tuple[str, str], list[StudyRun]]) -> None:
+    """The multi-load cases' table: restarts until the best per load (the report's pick for the
+    objective, its per-scenario best for the other loads, what ``adaptive_tiers.json`` is built
+    from) is within 1 % of the true best at every load, and at each load alone."""
+    ladders = [(k, v) for k, v in grouped.items() if k[0] in LADDER_CASES]
+    for case in dict.fromkeys(k[0] for k, _ in ladders):
+        loads = LADDER_CASES[case]
+        opts = [optimum_at_load(case, c)[0] for c in loads]
+        print(f"\nPer load ({case}): restarts until the best per load is within 1 % of the true "
+              "best per load (median / p90; never: seeds that never get there)")  # fmt: skip
+        head = ("| case | strategy | every load: median / p90 | never | "
+                + " | ".join(f"c{c}: median / never" for c in loads)
+                + " | final, every load |")  # fmt: skip
+        print(head)
+        print("|" + "---|" * (head.count("|") - 1))
+        for (c_, strategy), studies in ladders:
+            if c_ != case:
+                continue
+            every = [_first_within(list(s.load_picks), opts, list(range(len(loads))))
+                     for s in studies]  # fmt: skip
+            ranked = sorted(h if h is not None else math.inf for h in every)
+            per_load = []
+            for j in range(len(loads)):
+                hits = [_first_within(list(s.load_picks), opts, [j]) for s in studies]
+                ranked_j = sorted(h if h is not None else math.inf for h in hits)
+                per_load.append(f"{_n(statistics.median(ranked_j))} / "
+                                f"{sum(h is None for h in hits)}")  # fmt: skip
+            final = sum(all(s.load_picks[-1][j] >= 0.99 * opts[j] for j in range(len(loads)))
+                        for s in studies)  # fmt: skip
+            print(f"| {case} | {strategy} | {_n(statistics.median(ranked))} / "
+                  f"{_n(_pct(ranked, 0.9))} | {sum(h is None for h in every)}/{len(studies)} | "
+                  + " | ".join(per_load) + f" | {final}/{len(studies)} |")  # fmt: skip
+        for c, opt in zip(loads, opts, strict=True):
+            print(f"optimum {case} c{c}: {opt:.2f} tok/s (true, noise-free) at "
+                  f"{optimum_at_load(case, c)[1].label()}")  # fmt: skip
 
 
 def confirm(seed: int, budget: int) -> None:
@@ -577,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
                  for st in strategies if grouped.get((c, st))]  # fmt: skip
     print(f"done in {time.monotonic() - t0:.0f} s\n")
     print_table(summaries, args.budget, args.slots, skipped)
+    print_ladder(grouped)
     for error in errors:
         print(f"ERROR {error}")
     if args.confirm:

@@ -93,3 +93,45 @@ def test_bad_arguments_are_one_line_and_exit_2(
     assert bench.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_the_ladder_truth_is_what_a_noise_free_run_at_each_load_measures(
+    bench: ModuleType,
+) -> None:
+    """A ladder case's truth per load: the model's decode rate in waves of the running-batch
+    cap; noise-free in-process runs (the twin's scheduler) lie 0-10 % below it (their prefill,
+    and each wave ending with its slowest request: per-cycle draws spread a speculative
+    request's length), and speculation loses at load."""
+    import os
+
+    from rayspec._types import SpecSettings
+    from rayspec.bench import Scenario
+    from rayspec.bench import request_input
+    from rayspec.server import build_launch
+    from rayspec.twin._simulate import LoadAsk
+    from rayspec.twin._simulate import SimulatedServer
+    from rayspec.twin._text import count_prompt_tokens
+
+    case = "field/ladder"
+    cfg = bench.truth_config(case)
+    ll = (("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL"))
+    chain = Candidate(nccl_env=ll, spec=SpecSettings("EAGLE3", 2, 1, 3))
+    assert bench.true_tok_s_at(case, chain, 1) == bench.true_tok_s(cfg, chain)
+    profile = load_profile(cfg.server.twin.profile).without_noise()
+    for cand in (Candidate(nccl_env=ll), chain):
+        launch = build_launch(cfg, cand, port=0, log_path=os.devnull, trial=1)
+        server = SimulatedServer(launch.argv[3:], dict(launch.env), profile)
+        for c in (8, 64):
+            sc = Scenario(name=f"c{c}", concurrency=c, requests_per_run=c, max_tokens=200)
+            runs = []
+            for run in range(3):
+                asks = [request_input(sc, run, i) for i in range(c)]
+                served = server.serve(
+                    [LoadAsk(count_prompt_tokens(a.prompt), a.max_tokens) for a in asks], c
+                )
+                wall = max(r.sent_s + r.e2e_ms / 1000.0 for r in served)
+                runs.append(sum(r.completion_tokens for r in served) / wall)
+            truth = bench.true_tok_s_at(case, cand, c)
+            assert 0.9 * truth < sum(runs) / len(runs) < truth
+    assert bench.optimum_at_load(case, 32)[1].spec is None
+    assert bench.optimum_at_load(case, 1)[1].spec is not None

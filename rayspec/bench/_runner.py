@@ -208,6 +208,21 @@ async def flush_cache(http: httpx.AsyncClient, *, retry_s: float = _FLUSH_RETRY_
         await asyncio.sleep(_FLUSH_POLL_S)
 
 
+def arrival_offsets(scenario: Scenario, run: int, n: int, shard: Shard = Shard()) -> list[float]:
+    """When this shard sends its ``n`` requests of a Poisson run, in seconds from the run's
+    start (the first at once); the in-process simulation sends at the same offsets."""
+    assert scenario.request_rate is not None
+    rate = scenario.request_rate / shard.count
+    rng = random.Random(
+        f"{scenario.name}/{scenario.seed}/{run}/arrivals/{shard.index}/{shard.count}"
+    )
+    offsets, due = [], 0.0
+    for _ in range(n):
+        offsets.append(due)
+        due += rng.expovariate(rate)
+    return offsets
+
+
 async def _one_run(
     client: StreamClient,
     plan: BenchPlan,
@@ -246,23 +261,18 @@ async def _one_run(
         await asyncio.gather(*(worker() for _ in range(min(streams, len(mine)))))
     else:
         gate = asyncio.Semaphore(streams)
-        rate = scenario.request_rate / shard.count
-        rng = random.Random(
-            f"{scenario.name}/{scenario.seed}/{run}/arrivals/{shard.index}/{shard.count}"
-        )
 
         async def gated(i: int) -> None:
             async with gate:
                 await send(i)
 
         tasks = []
-        due = time.perf_counter()
-        for i in mine:
-            delay = due - time.perf_counter()
+        begin = time.perf_counter()
+        for i, offset in zip(mine, arrival_offsets(scenario, run, len(mine), shard), strict=True):
+            delay = begin + offset - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
             tasks.append(asyncio.create_task(gated(i)))
-            due += rng.expovariate(rate)
         await asyncio.gather(*tasks)
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0

@@ -185,6 +185,8 @@ class Engine:
         on_fatal: called with the exception when the scheduler "crashes" (draft tree).
         adaptive: SGLang's adaptive steps controller (``--speculative-adaptive``): each decode
             batch drafts the steps its batch-size tier holds.
+        first_index: the index of the first request submitted (its noise and cycle seeds);
+            the in-process simulation (``_load.py``) continues a start's numbering.
         clock, sleep: the monotonic clock and the sleep function (injectable for tests).
     """
 
@@ -208,6 +210,7 @@ class Engine:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         adaptive: AdaptiveSteps | None = None,
+        first_index: int = 0,
     ) -> None:
         self.model = model
         self.adaptive = adaptive
@@ -240,7 +243,7 @@ class Engine:
         self._dead = False
         self._window = _Window()
         self._decode_iterations = 0
-        self._next_index = 0
+        self._next_index = first_index
         self._task: asyncio.Task[None] | None = None
         self._token_limit: int | None = None
         self._token_count = 0
@@ -410,12 +413,21 @@ class Engine:
             if self.idle:
                 self._wake.clear()
                 await self._wake.wait()
-                self._clock = max(self._clock, self._now())
+                self.restart_clock()
                 continue
-            if self._waiting and len(self._running) < self.cap:
-                await self._prefill()
-            else:
-                await self._decode()
+            await self.iterate()
+
+    def restart_clock(self) -> None:
+        """After an idle spell the schedule restarts at the arrival, never in the past."""
+        self._clock = max(self._clock, self._now())
+
+    async def iterate(self) -> None:
+        """One scheduler iteration (the batch model): waiting requests with room in the running
+        batch are admitted as one prefill, otherwise the whole running batch decodes."""
+        if self._waiting and len(self._running) < self.cap:
+            await self._prefill()
+        else:
+            await self._decode()
 
     def _advance(self, duration_s: float) -> None:
         """Schedule an iteration of ``duration_s``: on the wall-clock deadline and on the

@@ -6,7 +6,9 @@ resolution, the noise model seeded by ``--twin-seed``, the server's own warm-up 
 then serves requests one at a time (batch 1) with the engine's draws: the same acceptance
 multiplier and time factor per request, the same per-request cycle seeds, the same per-start
 offset. Token counts and verify counts are identical to the HTTP twin's; times are the
-schedule's (the HTTP twin adds its scheduling jitter and the client's overhead on top).
+schedule's (the HTTP twin adds its scheduling jitter and the client's overhead on top). Under
+load, :meth:`SimulatedServer.serve` runs the HTTP twin's own scheduler on a virtual clock
+(``rayspec/twin/_load.py``): the same batches, draws and seeds per request index.
 
 It exists for what needs thousands of trials in seconds: the search-efficiency benchmark and the
 search tests. It is not a stand-in for the twin server in a study (``server.engine: twin``
@@ -21,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import io
 import random
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -29,8 +32,14 @@ from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
 from rayspec.twin._adaptive import AdaptiveSteps
 from rayspec.twin._args import parse_args
+from rayspec.twin._engine import Engine
 from rayspec.twin._errors import NcclError
 from rayspec.twin._errors import NcclInitError
+from rayspec.twin._load import LoadAsk
+from rayspec.twin._load import LoadedRequest
+from rayspec.twin._load import VirtualClock
+from rayspec.twin._load import serve_load
+from rayspec.twin._log import SglangLog
 from rayspec.twin._model import PerfModel
 from rayspec.twin._nccl import resolve_nccl
 from rayspec.twin._noise import NoiseModel
@@ -41,7 +50,7 @@ from rayspec.twin._text import completion_ids
 from rayspec.twin._text import corrupt_ids
 from rayspec.twin._text import model_seed
 
-__all__ = ["SimulatedRequest", "SimulatedServer", "SimulatedStartupError"]
+__all__ = ["LoadAsk", "SimulatedRequest", "SimulatedServer", "SimulatedStartupError"]
 
 # The twin server's own warm-up request before the ready line (server.py): its prompt is six
 # words and it generates 8 tokens. It takes request index 0 and the first noise draw.
@@ -74,6 +83,7 @@ class SimulatedRequest:
     e2e_ms: float
     correct_drafts_histogram: tuple[int, ...] | None = None
     output_ids: tuple[int, ...] | None = None
+    itl_ms: tuple[float, ...] = ()  # as the bench client splits each cycle's gap
 
     @property
     def accept_length(self) -> float | None:
@@ -136,6 +146,9 @@ class SimulatedServer:
         self.seed = int(ns.twin_seed)
         self.text_seed = model_seed(self.profile.name)
         self.corrupt = nccl.ll128_risk
+        self.max_running = res.max_running_requests
+        self.version: tuple[int, int, int] = ns.twin_version_tuple
+        self.tp_size = int(ns.tp_size)
         self.model = PerfModel(self.profile, nccl, self.spec)
         self.noise = NoiseModel(
             self.profile.noise, random.Random(self.seed), speculative=self.spec is not None
@@ -187,13 +200,16 @@ class SimulatedServer:
         if self.adaptive is not None:
             hist = [0] * (max(self.adaptive.candidate_steps) + 1)
         per_cycle = draw.time_factor * start
+        itl: list[float] = []
         while out < max_new_tokens:
             ctx = prompt_tokens + out
             model, at0, slope = self._cost()
-            elapsed += (at0 + slope * ctx) * per_cycle
+            cycle_ms = (at0 + slope * ctx) * per_cycle
+            elapsed += cycle_ms
             drawn = model.sample_cycle_tokens(rng, draw.mult)
             given = min(drawn, max_new_tokens - out)
             out += given
+            itl.extend([cycle_ms / given] * given)
             if spec is not None:
                 cycles += 1
                 hist[min(max(0, given - 1), len(hist) - 1)] += 1
@@ -211,4 +227,29 @@ class SimulatedServer:
             ttft_ms=ttft,
             e2e_ms=elapsed,
             correct_drafts_histogram=tuple(hist) if spec is not None else None,
+            itl_ms=tuple(itl),
         )
+
+    def serve(self, asks: Sequence[LoadAsk], concurrency: int) -> list[LoadedRequest]:
+        """Serve a load (``concurrency`` streams) with the HTTP twin's scheduler, on a virtual
+        clock (:func:`rayspec.twin._load.serve_load`): the same batches, the same noise draws
+        and cycle seeds per request index, continuing this start's numbering.
+
+        Raises:
+            rayspec.twin._load.SimulatedCrash: the scheduler died under this load.
+        """
+        clock = VirtualClock()
+        quiet = SglangLog(self.version, self.tp_size, "error", stream=io.StringIO())
+        engine = Engine(
+            self.model, self.noise, quiet,
+            max_running_requests=self.max_running, version=self.version, seed=self.seed,
+            clock=clock, sleep=clock.sleep, adaptive=self.adaptive, first_index=self._index,
+        )  # fmt: skip
+        served = serve_load(engine, clock, asks, concurrency)
+        self._index += len(asks)
+        return served
+
+    def output_ids(self, prompt: str, tokens: int) -> tuple[int, ...]:
+        """The twin's greedy output ids for ``prompt`` (garbled where LL128 corrupts)."""
+        text = completion_ids(self.text_seed, prompt, tokens)
+        return tuple(corrupt_ids(text, prompt) if self.corrupt else text)
