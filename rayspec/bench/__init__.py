@@ -56,11 +56,11 @@ from rayspec.bench._tdist import t_cdf
 from rayspec.bench._tdist import t_ppf
 
 __all__ = [
-    "CATEGORY_METRICS",
     "BenchActor",
     "BenchPlan",
     "BenchResult",
     "BenchWorker",
+    "CATEGORY_METRICS",
     "Comparison",
     "PromptRecord",
     "RaySync",
