@@ -20,6 +20,10 @@ few numbers of the node's own:
   the draft steps). A start's cycle time is measured without any model of acceptance:
   ``1000 L / tok_s`` with L from its own histogram. Chains alone fix ``c0`` and
   ``gamma + beta`` (two depths needed); one tree (N - 1 > k) splits ``gamma`` from ``beta``.
+  Before a tree splits them, a tree is predicted as if the whole slope were on its longer axis
+  (``c0 + (gamma + beta) max(N - 1, k)``, the costliest split): a lower bound on what it can
+  do, so a tree it proposes after two chains is one that pays even at that cost (the field's
+  verify width is most of the slope, the dense NVLink node's draft steps are).
 - **Prediction** (:meth:`OnlineModel.predict`): ``tok/s = 1000 L(spec) / c(spec)``.
 
 The model only proposes (``StructuredSearch``'s model stage): the measurement decides.
@@ -167,7 +171,8 @@ class Costs:
     """``c(k, N) = c0 + gamma (N - 1) + beta k`` ms per cycle.
 
     ``split`` is False when only chains were measured: then ``gamma + beta`` is known and
-    ``beta`` holds it all (``gamma`` 0), which predicts chains only.
+    ``beta`` holds it all (``gamma`` 0); a tree is costed at the costliest split of it, on
+    its longer axis (a lower bound on its rate, exact for chains).
     """
 
     c0: float
@@ -176,7 +181,10 @@ class Costs:
     split: bool
 
     def cycle_ms(self, spec: SpecSettings) -> float:
-        return self.c0 + self.gamma * (spec.num_draft_tokens - 1) + self.beta * spec.num_steps
+        width = spec.num_draft_tokens - 1
+        if not self.split:
+            return self.c0 + self.beta * max(width, spec.num_steps)
+        return self.c0 + self.gamma * width + self.beta * spec.num_steps
 
 
 def fit_costs(measured: Sequence[Measured]) -> Costs | None:
@@ -224,11 +232,10 @@ class OnlineModel:
     theta: float
 
     def predict(self, spec: SpecSettings) -> float | None:
-        """Predicted decode rate (tok/s) of ``spec``; None where the fit cannot say (a tree
-        before any tree was measured, a tree that does not fit, a non-positive cycle)."""
+        """Predicted decode rate (tok/s) of ``spec``; None where the fit cannot say (adaptive
+        steps, a tree that does not fit, a non-positive cycle). Before any tree was measured a
+        tree's is a lower bound (:class:`Costs`)."""
         if spec.adaptive or not spec.fits_tree:
-            return None
-        if spec.eagle_topk > 1 and not self.costs.split:
             return None
         cycle = self.costs.cycle_ms(spec)
         if cycle <= 0:

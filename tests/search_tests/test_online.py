@@ -197,3 +197,81 @@ def test_a_chain_that_barely_beats_no_speculation_measures_it_with_the_screened_
     far += _starts(10, SpecSettings("EAGLE3", 2, 1, 3), 82.9, (300, 200, 100))  # weak drafter
     proposal = _search().propose(far)
     assert proposal is not None and proposal.candidate.spec is not None
+
+
+def test_two_chains_predict_a_tree_as_a_lower_bound() -> None:
+    """Before any tree splits the cost slope, a tree is costed as if the whole slope were on its
+    longer axis: a prediction (no longer None) that never exceeds the tree's true rate."""
+    profile = load_profile("kimi-k2.5-tp8-pcie")
+    nccl = resolve_nccl(dict(TUNED), profile)
+    chains = []
+    for k in (2, 3):
+        model = PerfModel(profile, nccl, SpecSettings("EAGLE3", k, 1, k + 1))
+        assert model.spec is not None
+        chains.append(Measured(model.spec, model.expected_tok_s(),
+                               _expected_histogram(model.acceptance())))  # fmt: skip
+    fit = fit_model(chains)
+    assert fit is not None and not fit.costs.split
+    for spec in (SpecSettings("EAGLE3", 2, 4, 6), SpecSettings("EAGLE3", 3, 2, 5)):
+        predicted = fit.predict(spec)
+        truth = PerfModel(profile, nccl, spec).expected_tok_s()
+        assert predicted is not None, spec
+        assert predicted <= truth * 1.01, spec
+        assert predicted >= truth * 0.9, spec  # still a prediction, not a wild bound
+
+
+def _field_chain(trial: int, k: int, profile_name: str = "kimi-k2.5-tp8-pcie", scale: float = 1.0
+                 ) -> list[Observation]:  # fmt: skip
+    profile = load_profile(profile_name)
+    chain = SpecSettings("EAGLE3", k, 1, k + 1)
+    model = PerfModel(profile, resolve_nccl(dict(TUNED), profile), chain)
+    assert model.spec is not None
+    return _starts(trial, model.spec, scale * model.expected_tok_s(),
+                   _expected_histogram(model.acceptance(), 5000))  # fmt: skip
+
+
+def test_after_two_chains_the_models_tree_goes_before_settling_the_chains() -> None:
+    """Field node: the 3-step chain measured a hair above the enqueued 2-step one (a floor, one
+    start). The old search spent a restart confirming the 3-step chain before it could replace
+    the floor; now the online model's tree (predicted well above both) is launched first."""
+    obs = _starts(0, None, 61.0, None, role="baseline")
+    enq = _field_chain(10, 2)[0]
+    obs.append(Observation(10, enq.candidate, TrialState.COMPLETE, runs=enq.runs,
+                           accept_histogram=enq.accept_histogram, role="enqueued[0]"))  # fmt: skip
+    obs += _field_chain(20, 3, scale=1.03)[:1]
+    search = _search()
+    proposal = search.propose(obs)
+    assert proposal is not None
+    assert proposal.reason.startswith("the online model's best"), proposal.reason
+    spec = proposal.candidate.spec
+    assert spec is not None and spec.eagle_topk > 1  # a tree, before any tree was measured
+
+
+def _field_tree(trial: int, spec: SpecSettings) -> list[Observation]:
+    profile = load_profile("kimi-k2.5-tp8-pcie")
+    model = PerfModel(profile, resolve_nccl(dict(TUNED), profile), spec)
+    return _starts(trial, spec, model.expected_tok_s(), _tree_histogram(model))
+
+
+def test_a_ladder_rung_the_split_model_rules_out_is_not_launched() -> None:
+    """Field node, after two chains (the 3-step one measured 2 % lucky, so the chain ladder
+    would climb on) and the best tree: the ladder's next rung (4 steps) is predicted ~8 % below
+    the tree, so no restart goes to it."""
+    obs = _starts(0, None, 61.0, None, role="baseline")
+    obs += _field_chain(10, 2) + _field_chain(20, 3, scale=1.02)
+    obs += _field_tree(30, SpecSettings("EAGLE3", 2, 4, 6))
+    search = _search()
+    fit = search.online_model(search._view(obs, ()))
+    assert fit is not None and fit.costs.split
+    chain4 = fit.predict(SpecSettings("EAGLE3", 4, 1, 5))
+    assert chain4 is not None and chain4 < 0.95 * max(o.runs[0] for o in obs)
+    seen = list(obs)
+    for _ in range(6):  # whatever it measures next, it never climbs the chains again
+        proposal = search.propose(seen)
+        if proposal is None:
+            break
+        spec = proposal.candidate.spec
+        assert spec is None or spec.eagle_topk > 1 or spec.num_steps <= 3, proposal.reason
+        seen += _field_tree(100 + 10 * len(seen), spec)[:1] if spec and spec.eagle_topk > 1 else [
+            Observation(100 + 10 * len(seen), proposal.candidate, TrialState.COMPLETE,
+                        runs=(60.0,) * 5)]  # fmt: skip
