@@ -7,9 +7,13 @@ the problem says the answer is (the README's *How it searches*):
 1. **NCCL from the screen.** Each candidate runs with the NCCL class the screen found fastest
    at its own message size (a verify of N tokens moves N x hidden x bytes). Sets the screen
    cannot tell apart are one point; a set that failed a launch on an NCCL cause is banned.
-2. **The online model** (``_online``): once two chains are measured, the node's own acceptance
-   and cycle cost, fitted from every start's accept histogram and rate, propose the setting it
-   predicts best while that is unmeasured (the measurement decides); and when the first chain
+2. **The online model** (``_online``): from the first chain on, the node's own acceptance and
+   cycle cost, fitted from every start's accept histogram and rate, propose the setting it
+   predicts best while that is unmeasured (the measurement decides; one chain predicts chains
+   on a prior cost slope, two chains trees too, on an even split of it); once a tree split
+   the cost, a ladder's rung it puts more than 5 % below the best is skipped, and its
+   prediction informs the unmeasured neighbours' chances. This goes before settling a duel
+   for the pick, which a setting predicted better than both would end; and when the first chain
    barely beats no speculation, no speculation with the screened NCCL set is measured at once.
    Chains, trees and the rest below fill in around it.
 3. **Chains** (topk 1, so draft tokens = steps + 1): a bracketing ladder over the step counts,
