@@ -109,9 +109,10 @@ _BARELY = 1.25
 _MODEL_GAIN = 1.01
 # Once a tree has split its costs, the model predicts unseen settings within a few % (the
 # twin's MoE verify is not exactly linear in its width): it is taken with this relative sd for
-# an unmeasured neighbour, and a ladder's next rung it predicts more than _MODEL_SKIP below the
-# best is not launched (on the field node, the chain ladder's 1-, 4- and 5-step rungs after
-# the trees: 8-16 % below, each a restart).
+# an unmeasured neighbour and a ladder's next rung, and a rung it predicts more than
+# _MODEL_SKIP below the best (or unlikely to beat the pick by the band) is not launched (on the
+# field node, the chain ladder's 1-, 4- and 5-step rungs after the trees: 8-16 % below, each a
+# restart).
 _MODEL_SD = 0.03
 _MODEL_SKIP = 0.05
 
@@ -363,8 +364,10 @@ class StructuredSearch(Strategy):
     def _unless_ruled_out(
         self, stage: Callable[[_View], Proposal | None]
     ) -> Callable[[_View], Proposal | None]:
-        """``stage``, skipped when the split model predicts its next rung more than
-        ``_MODEL_SKIP`` below the best measured (the ladder has nothing left worth a restart)."""
+        """``stage``, skipped once a tree split the model's costs when its next rung is
+        predicted more than ``_MODEL_SKIP`` below the best measured, or is unlikely (below
+        ``stop_below``) to beat the pick by more than ``band`` with the model's prediction
+        pooled into its surface's: the ladder has nothing left worth a restart."""
 
         def gated(view: _View) -> Proposal | None:
             proposal = stage(view)
@@ -375,6 +378,19 @@ class StructuredSearch(Strategy):
                 return proposal
             predicted = model.predict(proposal.candidate.spec)
             if predicted is not None and predicted < (1 - _MODEL_SKIP) * inc.estimate.mean:
+                return None
+            # A rung is a rival like any other: launched only while it could beat the pick by
+            # more than the band (its surface and the model's prediction pooled).
+            choice = pick(view.points)
+            if predicted is None or predicted <= 0 or choice is None:
+                return proposal
+            surface = view.evidence.predict(proposal.candidate)
+            est = (
+                Estimate(predicted, _MODEL_SD, 0, 0, view.noise.within)
+                if surface is None
+                else _pooled(surface, predicted, _MODEL_SD)
+            )
+            if prob_better(est, choice.point.estimate, margin=self.band) < self.stop_below:
                 return None
             return proposal
 

@@ -291,3 +291,30 @@ def test_one_chain_proposes_the_models_deeper_chain_at_once() -> None:
     assert proposal.reason.startswith("the online model's best"), proposal.reason
     spec = proposal.candidate.spec
     assert spec is not None and spec.eagle_topk == 1 and spec.num_steps >= 5
+
+
+def test_a_rung_unlikely_to_beat_the_pick_by_the_band_is_not_launched() -> None:
+    """Field node, noise-free, after two chains and its best tree: the tree ladder's rungs are
+    rivals like any other. The 4-token rung (the model's prediction pooled with the surface:
+    unlikely to beat the pick by more than the band) is skipped, and the search stops within
+    three more restarts (the old one launched it, then settled it and explored: five)."""
+    obs = _starts(0, None, 61.0, None, role="baseline")
+    obs += _field_chain(10, 2) + _field_chain(20, 3)
+    obs += _field_tree(30, SpecSettings("EAGLE3", 2, 4, 6))
+    search = _search()
+    launched: list[SpecSettings | None] = []
+    while len(launched) < 10:
+        proposal = search.propose(obs)
+        if proposal is None:
+            break
+        spec = proposal.candidate.spec
+        launched.append(spec)
+        trial = 100 + 10 * len(launched)
+        if spec is not None and spec.eagle_topk > 1:
+            obs += _field_tree(trial, spec)[:1]
+        else:  # no speculation or a chain: well below the tree
+            obs.append(Observation(trial, proposal.candidate, TrialState.COMPLETE,
+                                   runs=(60.0 if spec is None else 90.0,) * 5))  # fmt: skip
+    assert SpecSettings("EAGLE3", 2, 4, 4) not in launched
+    assert len(launched) <= 3, launched
+    assert search.stop_reason(obs).startswith("converged: P(")
