@@ -20,6 +20,14 @@ few numbers of the node's own:
   the draft steps). A start's cycle time is measured without any model of acceptance:
   ``1000 L / tok_s`` with L from its own histogram. Chains alone fix ``c0`` and
   ``gamma + beta`` (two depths needed); one tree (N - 1 > k) splits ``gamma`` from ``beta``.
+  Before a tree splits them, a tree is predicted with the slope split evenly between its width
+  and its depth (``c0 + (gamma + beta) (N - 1 + k) / 2``): the field's verify width is most of
+  the slope, the dense NVLink node's draft steps are, and the even split's best tree is within
+  3 % of the optimum on both (the costliest split proposed a chain on the NVLink node, 8 %
+  short); its measurement splits the slope. With chains at one depth only, the slope is taken
+  as ``_SLOPE_PRIOR`` of the measured cycle per step (the costliest of the twin's nodes, the
+  field's 4.4 %) and only chains are predicted: a deeper chain it proposes then pays even at
+  that cost, and its measurement fixes the slope.
 - **Prediction** (:meth:`OnlineModel.predict`): ``tok/s = 1000 L(spec) / c(spec)``.
 
 The model only proposes (``StructuredSearch``'s model stage): the measurement decides.
@@ -51,6 +59,10 @@ __all__ = [
 # is noise (a rate from 3 steps can be 0 or 1).
 _MIN_STEPS = 20
 _THETA_PRIOR = 0.34  # the runner-up shape before any tree is measured (the field drafter's)
+# A cycle's cost per draft step (with its verify token) relative to the cycle, before two
+# depths are measured: the costliest of the twin's nodes (field 4.4 %, dense NVLink 2.5 %,
+# L40S 0.8 %), so a deeper chain proposed on it is one that pays on any of them.
+_SLOPE_PRIOR = 0.045
 
 
 @dataclass(frozen=True)
@@ -167,27 +179,39 @@ class Costs:
     """``c(k, N) = c0 + gamma (N - 1) + beta k`` ms per cycle.
 
     ``split`` is False when only chains were measured: then ``gamma + beta`` is known and
-    ``beta`` holds it all (``gamma`` 0), which predicts chains only.
+    ``beta`` holds it all (``gamma`` 0); a tree is costed with it split evenly between its
+    width and its depth (exact for chains). ``prior`` is True when the
+    chains were at one depth, so ``beta`` is ``_SLOPE_PRIOR``'s (trees are not predicted).
     """
 
     c0: float
     gamma: float
     beta: float
     split: bool
+    prior: bool = False
 
     def cycle_ms(self, spec: SpecSettings) -> float:
-        return self.c0 + self.gamma * (spec.num_draft_tokens - 1) + self.beta * spec.num_steps
+        width = spec.num_draft_tokens - 1
+        if not self.split:
+            return self.c0 + self.beta * (width + spec.num_steps) / 2
+        return self.c0 + self.gamma * width + self.beta * spec.num_steps
 
 
 def fit_costs(measured: Sequence[Measured]) -> Costs | None:
     """Least squares of the measured cycle times on the cost form (None: not identified).
 
-    Needs chains at two depths; a tree with more draft tokens than steps splits the verify
-    width from the draft steps.
+    Needs chains at two depths (at one, the slope is the prior's: ``Costs.prior``); a tree with
+    more draft tokens than steps splits the verify width from the draft steps.
     """
     rows = [(m.spec, m.cycle_ms) for m in measured if math.isfinite(m.cycle_ms)]
     if not rows:
         return None
+    if all(s.eagle_topk == 1 for s, _ in rows) and len({s.num_steps for s, _ in rows}) == 1:
+        # One chain depth: the slope from the prior (chains only), the level from the chain.
+        k = rows[0][0].num_steps
+        cycle = math.exp(sum(math.log(c) for _, c in rows) / len(rows))
+        slope = _SLOPE_PRIOR * cycle
+        return Costs(cycle - slope * k, 0.0, slope, split=False, prior=True)
     y = np.array([c for _, c in rows])
     width = np.array([s.num_draft_tokens - 1.0 for s, _ in rows])
     steps = np.array([float(s.num_steps) for s, _ in rows])
@@ -224,11 +248,13 @@ class OnlineModel:
     theta: float
 
     def predict(self, spec: SpecSettings) -> float | None:
-        """Predicted decode rate (tok/s) of ``spec``; None where the fit cannot say (a tree
-        before any tree was measured, a tree that does not fit, a non-positive cycle)."""
+        """Predicted decode rate (tok/s) of ``spec``; None where the fit cannot say (adaptive
+        steps, a tree that does not fit, a non-positive cycle, a tree while the chains were
+        at one depth). Before any tree was measured a tree's rests on an even split of the
+        cost slope (:class:`Costs`)."""
         if spec.adaptive or not spec.fits_tree:
             return None
-        if spec.eagle_topk > 1 and not self.costs.split:
+        if spec.eagle_topk > 1 and self.costs.prior:
             return None
         cycle = self.costs.cycle_ms(spec)
         if cycle <= 0:

@@ -7,9 +7,13 @@ the problem says the answer is (the README's *How it searches*):
 1. **NCCL from the screen.** Each candidate runs with the NCCL class the screen found fastest
    at its own message size (a verify of N tokens moves N x hidden x bytes). Sets the screen
    cannot tell apart are one point; a set that failed a launch on an NCCL cause is banned.
-2. **The online model** (``_online``): once two chains are measured, the node's own acceptance
-   and cycle cost, fitted from every start's accept histogram and rate, propose the setting it
-   predicts best while that is unmeasured (the measurement decides); and when the first chain
+2. **The online model** (``_online``): from the first chain on, the node's own acceptance and
+   cycle cost, fitted from every start's accept histogram and rate, propose the setting it
+   predicts best while that is unmeasured (the measurement decides; one chain predicts chains
+   on a prior cost slope, two chains trees too, on an even split of it); once a tree split
+   the cost, a ladder's rung it puts more than 5 % below the best is skipped, and its
+   prediction informs the unmeasured neighbours' chances. This goes before settling a duel
+   for the pick, which a setting predicted better than both would end; and when the first chain
    barely beats no speculation, no speculation with the screened NCCL set is measured at once.
    Chains, trees and the rest below fill in around it.
 3. **Chains** (topk 1, so draft tokens = steps + 1): a bracketing ladder over the step counts,
@@ -104,6 +108,14 @@ _NEIGHBOUR_SD = 0.03
 _BARELY = 1.25
 # The online model proposes its argmax only when it predicts at least this gain over the best.
 _MODEL_GAIN = 1.01
+# Once a tree has split its costs, the model predicts unseen settings within a few % (the
+# twin's MoE verify is not exactly linear in its width): it is taken with this relative sd for
+# an unmeasured neighbour and a ladder's next rung, and a rung it predicts more than
+# _MODEL_SKIP below the best (or unlikely to beat the pick by the band) is not launched (on the
+# field node, the chain ladder's 1-, 4- and 5-step rungs after the trees: 8-16 % below, each a
+# restart).
+_MODEL_SD = 0.03
+_MODEL_SKIP = 0.05
 
 
 @dataclass(frozen=True)
@@ -332,10 +344,12 @@ class StructuredSearch(Strategy):
         """The next configuration to launch, or None when the search is done."""
         view = self._view(observations, pending)
         stages: tuple[Callable[[_View], Proposal | None], ...] = (
-            self._settle,
+            # The model's proposal first: settling a duel that a setting predicted better than
+            # both would end is a restart spent on a question that no longer matters.
             self._predicted,
-            self._chains,
-            self._trees,
+            self._settle,
+            self._unless_ruled_out(self._chains),
+            self._unless_ruled_out(self._trees),
             self._no_speculation,
             self._modes,
             self._improve,
@@ -349,6 +363,41 @@ class StructuredSearch(Strategy):
                     raise RuntimeError(f"the search proposed {spec}, outside the space")
                 return proposal
         return None
+
+    def _unless_ruled_out(
+        self, stage: Callable[[_View], Proposal | None]
+    ) -> Callable[[_View], Proposal | None]:
+        """``stage``, skipped once a tree split the model's costs when its next rung is
+        predicted more than ``_MODEL_SKIP`` below the best measured, or is unlikely (below
+        ``stop_below``) to beat the pick by more than ``band`` with the model's prediction
+        pooled into its surface's: the ladder has nothing left worth a restart."""
+
+        def gated(view: _View) -> Proposal | None:
+            proposal = stage(view)
+            if proposal is None or proposal.candidate.spec is None:
+                return proposal
+            model, inc = self.online_model(view), self._incumbent(view)
+            if model is None or not model.costs.split or inc is None:
+                return proposal
+            predicted = model.predict(proposal.candidate.spec)
+            if predicted is not None and predicted < (1 - _MODEL_SKIP) * inc.estimate.mean:
+                return None
+            # A rung is a rival like any other: launched only while it could beat the pick by
+            # more than the band (its surface and the model's prediction pooled).
+            choice = pick(view.points)
+            if predicted is None or predicted <= 0 or choice is None:
+                return proposal
+            surface = view.evidence.predict(proposal.candidate)
+            est = (
+                Estimate(predicted, _MODEL_SD, 0, 0, view.noise.within)
+                if surface is None
+                else _pooled(surface, predicted, _MODEL_SD)
+            )
+            if prob_better(est, choice.point.estimate, margin=self.band) < self.stop_below:
+                return None
+            return proposal
+
+        return gated
 
     def _spec(self, k: int, m: int, n: int, overlap: bool | None = None) -> SpecSettings:
         assert self.algorithm is not None
@@ -622,6 +671,9 @@ class StructuredSearch(Strategy):
         )
         specs.sort(key=lambda p: -p.estimate.log_mean)
         seen: set[str] = set()
+        model = self.online_model(view)
+        if model is not None and not model.costs.split:
+            model = None  # a tree's lower bound is no prediction of a neighbour
         for p in specs[:_EXPLORE_AROUND]:
             assert p.candidate.spec is not None
             for nb in self._neighbours(p.candidate.spec):
@@ -634,6 +686,9 @@ class StructuredSearch(Strategy):
                 if predicted is None:  # no surface there: like its neighbour, less sure
                     e = p.estimate
                     predicted = Estimate(e.mean, math.hypot(e.sd, _NEIGHBOUR_SD), 0, 0, e.within)
+                tok_s = model.predict(nb) if model is not None else None
+                if tok_s is not None and tok_s > 0:
+                    predicted = _pooled(predicted, tok_s, _MODEL_SD)
                 what = (
                     f"{plural(nb.num_steps, 'step')}, topk {nb.eagle_topk}, "
                     f"{plural(nb.num_draft_tokens, 'token')}"
@@ -761,6 +816,16 @@ def _best_nccl(points: dict[str, Point]) -> tuple[tuple[str, str], ...]:
     if not complete:
         return ()
     return max(complete, key=lambda p: p.estimate.log_mean).candidate.nccl_env
+
+
+def _pooled(e: Estimate, tok_s: float, sd: float) -> Estimate:
+    """``e`` combined with an independent prediction ``tok_s`` of relative sd ``sd`` (precision
+    weighted on the log scale)."""
+    if e.sd <= 0:
+        return e
+    wa, wb = 1.0 / e.sd**2, 1.0 / sd**2
+    log_mean = (wa * e.log_mean + wb * math.log(tok_s)) / (wa + wb)
+    return Estimate(math.exp(log_mean), math.sqrt(1.0 / (wa + wb)), e.starts, e.runs, e.within)
 
 
 def _adjacent(values: Sequence[int], value: int) -> list[int]:

@@ -15,6 +15,7 @@ from rayspec._types import TrialState
 from rayspec.search import SearchSpace
 from rayspec.search import StructuredSearch
 from rayspec.search._history import Observation
+from rayspec.search._online import _SLOPE_PRIOR
 from rayspec.search._online import Measured
 from rayspec.search._online import fit_acceptance
 from rayspec.search._online import fit_costs
@@ -91,7 +92,11 @@ def test_the_cost_fit_recovers_the_cycle_costs() -> None:
     costs = fit_costs([_measured(s, cycle(s), hist) for s in chains])
     assert costs is not None and not costs.split
     assert (costs.c0, costs.beta) == pytest.approx((c0, gamma + beta))
-    assert fit_costs([_measured(chains[0], cycle(chains[0]), hist)]) is None  # one depth
+    # One depth: the level from the chain, the slope from the prior (chains only).
+    one = fit_costs([_measured(chains[0], cycle(chains[0]), hist)])
+    assert one is not None and one.prior and not one.split
+    assert one.cycle_ms(chains[0]) == pytest.approx(cycle(chains[0]))
+    assert one.cycle_ms(chains[1]) == pytest.approx(cycle(chains[0]) * (1 + _SLOPE_PRIOR))
     tree = SpecSettings("EAGLE3", 3, 4, 8)
     costs = fit_costs([_measured(s, cycle(s), hist) for s in (*chains, tree)])
     assert costs is not None and costs.split
@@ -197,3 +202,119 @@ def test_a_chain_that_barely_beats_no_speculation_measures_it_with_the_screened_
     far += _starts(10, SpecSettings("EAGLE3", 2, 1, 3), 82.9, (300, 200, 100))  # weak drafter
     proposal = _search().propose(far)
     assert proposal is not None and proposal.candidate.spec is not None
+
+
+def test_two_chains_predict_a_tree() -> None:
+    """Before any tree splits the cost slope, a tree is costed with the slope split evenly
+    between its width and its depth: a prediction (no longer None) within 5 % here."""
+    profile = load_profile("kimi-k2.5-tp8-pcie")
+    nccl = resolve_nccl(dict(TUNED), profile)
+    chains = []
+    for k in (2, 3):
+        model = PerfModel(profile, nccl, SpecSettings("EAGLE3", k, 1, k + 1))
+        assert model.spec is not None
+        chains.append(Measured(model.spec, model.expected_tok_s(),
+                               _expected_histogram(model.acceptance())))  # fmt: skip
+    fit = fit_model(chains)
+    assert fit is not None and not fit.costs.split
+    for spec in (SpecSettings("EAGLE3", 2, 4, 6), SpecSettings("EAGLE3", 3, 2, 5)):
+        predicted = fit.predict(spec)
+        truth = PerfModel(profile, nccl, spec).expected_tok_s()
+        assert predicted == pytest.approx(truth, rel=0.05), spec
+
+
+def _field_chain(trial: int, k: int, profile_name: str = "kimi-k2.5-tp8-pcie", scale: float = 1.0
+                 ) -> list[Observation]:  # fmt: skip
+    profile = load_profile(profile_name)
+    chain = SpecSettings("EAGLE3", k, 1, k + 1)
+    model = PerfModel(profile, resolve_nccl(dict(TUNED), profile), chain)
+    assert model.spec is not None
+    return _starts(trial, model.spec, scale * model.expected_tok_s(),
+                   _expected_histogram(model.acceptance(), 5000))  # fmt: skip
+
+
+def test_after_two_chains_the_models_tree_goes_before_settling_the_chains() -> None:
+    """Field node: the 3-step chain measured a hair above the enqueued 2-step one (a floor, one
+    start). The old search spent a restart confirming the 3-step chain before it could replace
+    the floor; now the online model's tree (predicted well above both) is launched first."""
+    obs = _starts(0, None, 61.0, None, role="baseline")
+    enq = _field_chain(10, 2)[0]
+    obs.append(Observation(10, enq.candidate, TrialState.COMPLETE, runs=enq.runs,
+                           accept_histogram=enq.accept_histogram, role="enqueued[0]"))  # fmt: skip
+    obs += _field_chain(20, 3, scale=1.03)[:1]
+    search = _search()
+    proposal = search.propose(obs)
+    assert proposal is not None
+    assert proposal.reason.startswith("the online model's best"), proposal.reason
+    spec = proposal.candidate.spec
+    assert spec is not None and spec.eagle_topk > 1  # a tree, before any tree was measured
+
+
+def _field_tree(trial: int, spec: SpecSettings) -> list[Observation]:
+    profile = load_profile("kimi-k2.5-tp8-pcie")
+    model = PerfModel(profile, resolve_nccl(dict(TUNED), profile), spec)
+    return _starts(trial, spec, model.expected_tok_s(), _tree_histogram(model))
+
+
+def test_a_ladder_rung_the_split_model_rules_out_is_not_launched() -> None:
+    """Field node, after two chains (the 3-step one measured 2 % lucky, so the chain ladder
+    would climb on) and the best tree: the ladder's next rung (4 steps) is predicted ~8 % below
+    the tree, so no restart goes to it."""
+    obs = _starts(0, None, 61.0, None, role="baseline")
+    obs += _field_chain(10, 2) + _field_chain(20, 3, scale=1.02)
+    obs += _field_tree(30, SpecSettings("EAGLE3", 2, 4, 6))
+    search = _search()
+    fit = search.online_model(search._view(obs, ()))
+    assert fit is not None and fit.costs.split
+    chain4 = fit.predict(SpecSettings("EAGLE3", 4, 1, 5))
+    assert chain4 is not None and chain4 < 0.95 * max(o.runs[0] for o in obs)
+    seen = list(obs)
+    for _ in range(6):  # whatever it measures next, it never climbs the chains again
+        proposal = search.propose(seen)
+        if proposal is None:
+            break
+        spec = proposal.candidate.spec
+        assert spec is None or spec.eagle_topk > 1 or spec.num_steps <= 3, proposal.reason
+        seen += _field_tree(100 + 10 * len(seen), spec)[:1] if spec and spec.eagle_topk > 1 else [
+            Observation(100 + 10 * len(seen), proposal.candidate, TrialState.COMPLETE,
+                        runs=(60.0,) * 5)]  # fmt: skip
+
+
+def test_one_chain_proposes_the_models_deeper_chain_at_once() -> None:
+    """The dense NVLink node after the baseline and ONE chain (2 steps): the chain's
+    acceptance at each depth and the prior slope put a deep chain well above it, launched next
+    (the old search climbed the chain ladder one rung at a time: 3 steps)."""
+    obs = _starts(0, None, 180.0, None, role="baseline")
+    obs += _field_chain(10, 2, "h200-nvlink-tp8-dense")
+    proposal = _search().propose(obs)
+    assert proposal is not None
+    assert proposal.reason.startswith("the online model's best"), proposal.reason
+    spec = proposal.candidate.spec
+    assert spec is not None and spec.eagle_topk == 1 and spec.num_steps >= 5
+
+
+def test_a_rung_unlikely_to_beat_the_pick_by_the_band_is_not_launched() -> None:
+    """Field node, noise-free, after two chains and its best tree: the tree ladder's rungs are
+    rivals like any other. The 4-token rung (the model's prediction pooled with the surface:
+    unlikely to beat the pick by more than the band) is skipped, and the search stops within
+    three more restarts (the old one launched it, then settled it and explored: five)."""
+    obs = _starts(0, None, 61.0, None, role="baseline")
+    obs += _field_chain(10, 2) + _field_chain(20, 3)
+    obs += _field_tree(30, SpecSettings("EAGLE3", 2, 4, 6))
+    search = _search()
+    launched: list[SpecSettings | None] = []
+    while len(launched) < 10:
+        proposal = search.propose(obs)
+        if proposal is None:
+            break
+        spec = proposal.candidate.spec
+        launched.append(spec)
+        trial = 100 + 10 * len(launched)
+        if spec is not None and spec.eagle_topk > 1:
+            obs += _field_tree(trial, spec)[:1]
+        else:  # no speculation or a chain: well below the tree
+            obs.append(Observation(trial, proposal.candidate, TrialState.COMPLETE,
+                                   runs=(60.0 if spec is None else 90.0,) * 5))  # fmt: skip
+    assert SpecSettings("EAGLE3", 2, 4, 4) not in launched
+    assert len(launched) <= 3, launched
+    assert search.stop_reason(obs).startswith("converged: P(")
