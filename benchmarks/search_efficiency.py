@@ -87,6 +87,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -222,9 +223,20 @@ def optimum_at(case: str) -> tuple[float, Candidate]:
     speculative setting with each distinct NCCL behaviour (sets with identical latency at every
     size are one; sets that never start are left out)."""
     cfg = truth_config(case)
-    space = SearchSpace.from_config(cfg.search)
     profile = load_profile(cfg.server.twin.profile)
     sizes = sorted({t * profile.model.token_bytes for t in range(1, 17)})
+    return max(
+        ((true_tok_s(cfg, candidate), candidate) for candidate in distinct_candidates(cfg, sizes)),
+        key=lambda pair: pair[0],
+    )
+
+
+def distinct_candidates(cfg: ExperimentConfig, sizes: Sequence[int]) -> tuple[Candidate, ...]:
+    """Every speculative setting of ``cfg``'s space with each distinct NCCL behaviour: sets
+    with identical all-reduce latency at every one of ``sizes`` are one; sets that hang are
+    left out (they never start)."""
+    space = SearchSpace.from_config(cfg.search)
+    profile = load_profile(cfg.server.twin.profile)
     behaviours: dict[tuple[float, ...], tuple[tuple[str, str], ...]] = {}
     names = [n for n, _ in space.nccl]
     for combo in itertools.product(*(c for _, c in space.nccl)):
@@ -233,7 +245,7 @@ def optimum_at(case: str) -> tuple[float, Candidate]:
             nccl = resolve_nccl(server_env(cfg, Candidate(nccl_env=env))[0], profile)
             if nccl.hang:
                 continue
-            sig = tuple(round(nccl.allreduce_us(s), 6) for s in sizes)
+            sig = tuple(round(nccl.allreduce_us(size), 6) for size in sizes)
         except Exception:  # noqa: BLE001
             continue
         behaviours.setdefault(sig, env)
@@ -244,14 +256,8 @@ def optimum_at(case: str) -> tuple[float, Candidate]:
                 spec = SpecSettings("EAGLE3", k, m, n)
                 if spec.fits_tree:
                     specs.append(spec)
-    return max(
-        (
-            (true_tok_s(cfg, candidate), candidate)
-            for candidate in (
-                Candidate(nccl_env=env, spec=spec) for env in behaviours.values() for spec in specs
-            )
-        ),
-        key=lambda pair: pair[0],
+    return tuple(
+        Candidate(nccl_env=env, spec=spec) for env in behaviours.values() for spec in specs
     )
 
 
@@ -316,31 +322,9 @@ def ladder_candidates(case: str) -> tuple[Candidate, ...]:
     """Every speculative setting of the case's space with each distinct NCCL behaviour at
     every payload a ladder load sends (up to the largest load x 16 tokens)."""
     cfg = truth_config(case)
-    space = SearchSpace.from_config(cfg.search)
     profile = load_profile(cfg.server.twin.profile)
     sizes = sorted({t * profile.model.token_bytes for t in range(1, 16 * max(LADDER) + 1, 7)})
-    behaviours: dict[tuple[float, ...], tuple[tuple[str, str], ...]] = {}
-    names = [n for n, _ in space.nccl]
-    for combo in itertools.product(*(c for _, c in space.nccl)):
-        env = tuple(sorted((n, v) for n, v in zip(names, combo, strict=True) if v != "unset"))
-        try:
-            nccl = resolve_nccl(server_env(cfg, Candidate(nccl_env=env))[0], profile)
-            if nccl.hang:
-                continue
-            sig = tuple(round(nccl.allreduce_us(size), 6) for size in sizes)
-        except Exception:  # noqa: BLE001
-            continue
-        behaviours.setdefault(sig, env)
-    specs: list[SpecSettings | None] = [None]
-    for k in space.num_steps:
-        for m in space.eagle_topk:
-            for n in [k + 1] if m == 1 else space.num_draft_tokens:
-                spec = SpecSettings("EAGLE3", k, m, n)
-                if spec.fits_tree:
-                    specs.append(spec)
-    return tuple(
-        Candidate(nccl_env=env, spec=spec) for env in behaviours.values() for spec in specs
-    )
+    return distinct_candidates(cfg, sizes)
 
 
 @functools.cache
