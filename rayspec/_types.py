@@ -88,6 +88,14 @@ class SpecSettings:
         return text if self.overlap else f"{text}, overlap off"
 
 
+# Short names of the scheduler knobs in labels (progress lines, report rows).
+_KNOB_LABELS = {
+    "max_running_requests": "max-running",
+    "cuda_graph_max_bs": "graph-bs",
+    "chunked_prefill_size": "chunk",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     """One point of the search space: what a trial launches.
@@ -96,21 +104,30 @@ class Candidate:
         nccl_env: the NCCL variables that are set, sorted by name (an "unset" choice is absent).
         spec: the speculative settings, or None for no speculation.
         flags: searched server flags as argv pieces, e.g. ``("--mem-fraction-static", "0.85")``.
+        scheduler: searched scheduler knobs (``search.scheduler``), sorted by name, e.g.
+            ``(("max_running_requests", 64),)``; a knob left out runs the server's value.
     """
 
     nccl_env: tuple[tuple[str, str], ...] = ()
     spec: SpecSettings | None = None
     flags: tuple[str, ...] = ()
+    scheduler: tuple[tuple[str, int], ...] = ()
 
     @property
     def env(self) -> dict[str, str]:
         return dict(self.nccl_env)
+
+    @property
+    def knobs(self) -> dict[str, int]:
+        """The searched scheduler knobs by name (``max_running_requests`` ...)."""
+        return dict(self.scheduler)
 
     def label(self) -> str:
         spec = self.spec.label() if self.spec else "no speculation"
         nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in self.nccl_env)
         nccl = nccl or "NCCL default"
         flags = " " + " ".join(self.flags) if self.flags else ""
+        flags += "".join(f" {_KNOB_LABELS.get(k, k)}={v}" for k, v in self.scheduler)
         # One line whatever a value holds: labels go into progress lines and best.sh comments.
         return one_line(f"{spec}; {nccl}{flags}")
 

@@ -147,6 +147,10 @@ class SimulatedServer:
         self.text_seed = model_seed(self.profile.name)
         self.corrupt = nccl.ll128_risk
         self.max_running = res.max_running_requests
+        self.graph_max_bs = int(res.args["cuda_graph_max_bs_decode"])
+        self.graph_enabled = bool(res.args.get("cuda_graph_decode_enabled", True))
+        self.chunked_prefill_size = int(res.args["chunked_prefill_size"])
+        self.max_prefill_tokens = int(ns.max_prefill_tokens)
         self.version: tuple[int, int, int] = ns.twin_version_tuple
         self.tp_size = int(ns.tp_size)
         self.model = PerfModel(self.profile, nccl, self.spec)
@@ -244,6 +248,9 @@ class SimulatedServer:
             self.model, self.noise, quiet,
             max_running_requests=self.max_running, version=self.version, seed=self.seed,
             clock=clock, sleep=clock.sleep, adaptive=self.adaptive, first_index=self._index,
+            cuda_graph_max_bs=self.graph_max_bs, graph_enabled=self.graph_enabled,
+            chunked_prefill_size=self.chunked_prefill_size,
+            max_prefill_tokens=self.max_prefill_tokens,
         )  # fmt: skip
         served = serve_load(engine, clock, asks, concurrency)
         self._index += len(asks)
