@@ -523,7 +523,9 @@ class Engine:
             if going_on.prefilled < going_on.prompt_tokens:
                 self._chunked = going_on
                 return batch, tokens
-        while self._waiting and self._slots() > 0 and tokens < budget:
+        # Slots: the batch's new requests join the running batch only after this forward.
+        admitted = len(batch)  # a chunked request finishing now holds its slot too
+        while self._waiting and self._slots() - admitted > 0 and tokens < budget:
             req = self._waiting[0]
             need = max(0, req.prompt_tokens)
             if need > budget - tokens:
@@ -540,6 +542,7 @@ class Engine:
             req.prefilled = need
             tokens += need
             batch.append(req)
+            admitted += 1
         return batch, tokens
 
     async def _prefill(self) -> None:

@@ -350,6 +350,13 @@ class PerfModel:
         u = self.profile.uncalibrated
         return u.prefill_base_ms + u.prefill_ms_per_token * max(0, prompt_tokens)
 
+    def chunked_prefill_ms(self, prompt_tokens: int, chunk: int | None) -> float:
+        """A prompt prefilled alone in forwards of at most ``chunk`` tokens (None: one)."""
+        if chunk is None or chunk < 1 or prompt_tokens <= chunk:
+            return self.prefill_ms(prompt_tokens)
+        full, rest = divmod(prompt_tokens, chunk)
+        return full * self.prefill_ms(chunk) + (self.prefill_ms(rest) if rest else 0.0)
+
     # ------------------------------------------------------------------------------ helpers
 
     def _require_spec(self) -> SpecSettings:

@@ -173,8 +173,9 @@ class SimulatedServer:
         cost = self._costs.get(steps)
         if cost is None:
             model = self.model if steps < 0 else self.model.with_steps(steps)
-            base = model.step_ms(1, 0.0)
-            slope = (model.step_ms(1, _CTX_PROBE) - base) / _CTX_PROBE
+            graph = self.graph_enabled and self.graph_max_bs >= 1
+            base = model.step_ms(1, 0.0, graph=graph)
+            slope = (model.step_ms(1, _CTX_PROBE, graph=graph) - base) / _CTX_PROBE
             cost = self._costs[steps] = (model, base, slope)
         return cost
 
@@ -195,7 +196,8 @@ class SimulatedServer:
         rng = random.Random(self.seed * 1_000_003 + self._index)
         self._index += 1
         start = self.noise.start_factor
-        ttft = self.model.prefill_ms(prompt_tokens) * start
+        chunk = self.chunked_prefill_size if self.chunked_prefill_size > 0 else None
+        ttft = self.model.chunked_prefill_ms(prompt_tokens, chunk) * start
         elapsed = ttft
         out = 1 if max_new_tokens > 0 else 0
         cycles = 0
