@@ -122,6 +122,12 @@ class Candidate:
         """The searched scheduler knobs by name (``max_running_requests`` ...)."""
         return dict(self.scheduler)
 
+    @property
+    def server_settings(self) -> tuple[str, ...]:
+        """The searched flags and knobs as one identity (``flags`` then ``knob=value``): what
+        a speculative surface holds fixed."""
+        return (*self.flags, *(f"{k}={v}" for k, v in self.scheduler))
+
     def label(self) -> str:
         spec = self.spec.label() if self.spec else "no speculation"
         nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in self.nccl_env)

@@ -24,6 +24,9 @@ the problem says the answer is (the README's *How it searches*):
    the tree can hold, starting near twice the chain's verify width.
 6. **Local refinement** around the best tree: the neighbouring budget, depth and topk.
 7. **Searched flags**: each value once, at the best configuration.
+8. **Scheduler knobs** (``search.scheduler``): each value of each knob once, at the best
+   configuration (its flags and other knobs kept); a graph cap above the running cap is the
+   capped point, never launched twice.
 8. **Confirmation**: the pick is re-launched (a fresh server start) and so is any configuration
    that could still beat it by more than ``band``, until none is likely to (below
    ``stop_below``: :meth:`StructuredSearch.stop_reason` says the number) or each has
@@ -75,6 +78,7 @@ from rayspec.search._space import FLAG_OFF
 from rayspec.search._space import FLAG_ON
 from rayspec.search._space import P_MODE
 from rayspec.search._space import P_OVERLAP
+from rayspec.search._space import SCHED_PREFIX
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
 from rayspec.search._space import is_adaptive
@@ -295,7 +299,7 @@ class StructuredSearch(Strategy):
                     failed.add(o.key)
             if o.state is TrialState.COMPLETE and o.launched and not o.measured:
                 failed.add(o.key)  # measured to nothing (goodput 0: no request met study.slo)
-            if o.measured and not o.candidate.flags:
+            if o.measured and not o.candidate.server_settings:
                 by_spec.setdefault(o.candidate.spec, []).append(o)
         return _View(
             evidence=evidence,
@@ -354,6 +358,7 @@ class StructuredSearch(Strategy):
             self._modes,
             self._improve,
             self._flags,
+            self._knobs,
         )
         for stage in stages:
             proposal = stage(view)
@@ -736,6 +741,23 @@ class StructuredSearch(Strategy):
                 if key in view.points or canonical_key(cand) in view.failed or key in view.busy:
                     continue
                 return Proposal(cand, f"flag {flag} {value} at the best configuration")
+        return None
+
+    def _knobs(self, view: _View) -> Proposal | None:
+        if not self.space.scheduler:
+            return None
+        inc = self._incumbent(view)
+        if inc is None:
+            return None
+        for knob, values in self.space.scheduler:
+            for value in values:
+                params = self.space.params_of(inc.candidate)
+                params[f"{SCHED_PREFIX}{knob}"] = value
+                cand = self.space.candidate(params)
+                key = view.evidence.key_of(cand)
+                if key in view.points or canonical_key(cand) in view.failed or key in view.busy:
+                    continue
+                return Proposal(cand, f"{knob} {value} at the best configuration")
         return None
 
     # -- the ladder --------------------------------------------------------------------------

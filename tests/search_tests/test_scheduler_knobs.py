@@ -109,3 +109,10 @@ def test_the_launch_passes_the_knobs_once_in_place_of_the_servers(cfg, space) ->
     only = space.candidate({**CHAIN, "sched.max_running_requests": 16})
     argv = build_launch(cfg, only, port=1, log_path="-").argv
     assert _value(argv, "--cuda-graph-max-bs-decode") == "16"
+
+
+def test_the_store_has_a_column_per_knob() -> None:
+    from rayspec._schema import SCHEDULER_KNOBS
+    from rayspec.store._parquet import TRIAL_SCHEMA
+
+    assert {f"sched_{k}" for k in SCHEDULER_KNOBS} <= set(TRIAL_SCHEMA.names)
