@@ -44,6 +44,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from collections.abc import Collection
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -81,6 +82,7 @@ from rayspec.search._space import P_OVERLAP
 from rayspec.search._space import SCHED_PREFIX
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
+from rayspec.search._space import effective_knobs
 from rayspec.search._space import is_adaptive
 from rayspec.search._strategy import Strategy
 from rayspec.search._strategy import Wait
@@ -196,6 +198,8 @@ class StructuredSearch(Strategy):
         band: float = 0.01,
         stop_below: float = 0.2,
         loads: int = 1,
+        server_knobs: Mapping[str, int | None] | None = None,
+        max_load: int | None = None,
     ) -> None:
         self.space = space
         self.screen = screen
@@ -207,6 +211,11 @@ class StructuredSearch(Strategy):
         self.band = band
         self.stop_below = stop_below
         self.loads = loads
+        # The server's scheduler values (a candidate without a knob runs them) and the largest
+        # load of the study (no batch grows past it): a knob value that changes neither is the
+        # point already measured.
+        self.server_knobs = dict(server_knobs or {})
+        self.max_load = max_load
         algos = [m for m in space.modes if m != SPEC_OFF and not is_adaptive(m)]
         self.algorithm = algos[0] if algos else None
         # SGLang's adaptive steps: one point each (topk 1, its own start).
@@ -749,6 +758,7 @@ class StructuredSearch(Strategy):
         inc = self._incumbent(view)
         if inc is None:
             return None
+        seen = {self._behaviour(p.candidate) for p in view.points.values()}
         for knob, values in self.space.scheduler:
             for value in values:
                 params = self.space.params_of(inc.candidate)
@@ -757,8 +767,29 @@ class StructuredSearch(Strategy):
                 key = view.evidence.key_of(cand)
                 if key in view.points or canonical_key(cand) in view.failed or key in view.busy:
                     continue
+                if self._behaviour(cand) in seen:  # the server's value, or past every load
+                    continue
                 return Proposal(cand, f"{knob} {value} at the best configuration")
         return None
+
+    def _behaviour(self, candidate: Candidate) -> tuple[str, tuple[tuple[str, int | None], ...]]:
+        """What a candidate runs as at the study's loads: its settings without the knobs, and
+        the knobs as the launch sets them (the server's where absent; the graph cap following
+        the running cap), the two caps clamped to the largest load."""
+        knobs = candidate.knobs
+        running = knobs.get("max_running_requests", self.server_knobs.get("max_running_requests"))
+        graph = knobs.get(
+            "cuda_graph_max_bs", self.server_knobs.get("cuda_graph_max_bs") or running
+        )
+        caps = effective_knobs(
+            {k: v for k, v in (("max_running_requests", running), ("cuda_graph_max_bs", graph))
+             if v is not None}
+        )  # fmt: skip
+        if self.max_load is not None:
+            caps = {k: min(v, self.max_load) for k, v in caps.items()}
+        chunk = knobs.get("chunked_prefill_size", self.server_knobs.get("chunked_prefill_size"))
+        rest = dataclasses.replace(candidate, scheduler=())
+        return canonical_key(rest), (*sorted(caps.items()), ("chunked_prefill_size", chunk))
 
     # -- the ladder --------------------------------------------------------------------------
     def _ladder(
