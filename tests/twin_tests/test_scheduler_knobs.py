@@ -53,7 +53,7 @@ def test_decode_batches_above_the_graph_cap_run_eagerly_and_slower() -> None:
     asks = closed_loop(32)
     graphs = _serve({"max_running_requests": 32, "cuda_graph_max_bs": 32}, asks, 32)
     eager = _serve({"max_running_requests": 32, "cuda_graph_max_bs": 8}, asks, 32)
-    assert _tok_s(eager) < 0.97 * _tok_s(graphs)  # 3 ms more per ~28 ms cycle at batch 32
+    assert _tok_s(eager) < 0.97 * _tok_s(graphs)  # 3.2 ms more per 65 ms cycle at batch 32
     # Below the graph cap nothing changes: both run every batch in a graph.
     small = closed_loop(4)
     a = _serve({"max_running_requests": 32, "cuda_graph_max_bs": 32}, small, 4)
