@@ -62,8 +62,8 @@ def short_label(candidate: Candidate, width: int = 56) -> str:
         head = f"{steps}/topk {spec.eagle_topk}/{spec.num_draft_tokens} tok"
     nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in candidate.nccl_env)
     text = f"{head}; {nccl or 'NCCL default'}"
-    if candidate.flags:
-        text += " " + " ".join(candidate.flags)
+    if candidate.server_settings:
+        text += " " + " ".join(candidate.server_settings)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -238,7 +238,11 @@ def _cells(data: StudyData, anchor: Row) -> dict[tuple[int, int], Row]:
     cells: dict[tuple[int, int], Row] = {}
     for row in data.report.rows:
         spec = row.candidate.spec
-        if not _speculative(row) or spec is None or row.candidate.flags != anchor.candidate.flags:
+        if (
+            not _speculative(row)
+            or spec is None
+            or row.candidate.server_settings != anchor.candidate.server_settings
+        ):
             continue
         if not data.same_nccl(row.candidate, anchor.candidate):
             continue

@@ -96,7 +96,9 @@ def adaptive_tiers(cfg: ExperimentConfig, report: StudyReport) -> AdaptiveTiers 
 
 def _chain_or_off(candidate: Candidate) -> bool:
     spec = candidate.spec
-    return spec is None or (spec.eagle_topk == 1 and not spec.adaptive and not candidate.flags)
+    return spec is None or (
+        spec.eagle_topk == 1 and not spec.adaptive and not candidate.server_settings
+    )
 
 
 def write_adaptive_tiers(
