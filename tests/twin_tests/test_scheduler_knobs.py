@@ -73,3 +73,34 @@ def test_a_long_prompt_prefills_in_chunks_and_the_running_stream_waits_for_them(
     # Chunking by the default (8192, the H200 table) leaves an 8000-token prompt whole.
     default = _serve({}, asks, 2)
     assert default[1].ttft_ms == whole[1].ttft_ms
+
+
+def test_the_http_twin_prefills_a_long_prompt_in_the_chunks_the_launch_line_asks() -> None:
+    import asyncio
+
+    from rayspec.bench import StreamClient
+    from rayspec.testing._twin import TwinProcess
+    from rayspec.twin._text import count_prompt_tokens
+
+    prompt = " ".join(f"word{i}" for i in range(3000))
+    tokens = count_prompt_tokens(prompt)
+    cfg = load_config(TWIN_EXPERIMENT)
+
+    async def one(url: str) -> None:
+        async with StreamClient(url, max_streams=1, clock="twin") as client:
+            await client.stream(prompt, 4, twin_clock=True)
+
+    prefills = {}
+    for chunk in (-1, 1024):
+        cand = Candidate(scheduler=(("chunked_prefill_size", chunk),))
+        launch = build_launch(cfg, cand, port=0, log_path="-", trial=1)
+        args = list(launch.argv[3:])
+        for flag in ("--port", "--host"):  # TwinProcess picks its own port
+            i = args.index(flag)
+            del args[i : i + 2]
+        with TwinProcess(args, env=dict(launch.env)) as twin:
+            twin.wait_ready()
+            before = twin.log().count("Prefill batch")
+            asyncio.run(one(twin.base_url))
+            prefills[chunk] = twin.log().count("Prefill batch") - before
+    assert prefills == {-1: 1, 1024: -(-tokens // 1024)}
