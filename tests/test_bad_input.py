@@ -369,8 +369,10 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
     (
         "knob-graph-above-searched-caps",
         {},
-        ["search.scheduler.max_running_requests=[8,16]",
-         "search.scheduler.cuda_graph_max_bs=[32]"],
+        [
+            "search.scheduler.max_running_requests=[8,16]",
+            "search.scheduler.cuda_graph_max_bs=[32]",
+        ],
         "search.scheduler.cuda_graph_max_bs: 32 is above the running cap "
         "(search.scheduler.max_running_requests: 16)",
     ),  # fmt: skip

@@ -51,6 +51,8 @@ def test_knobs_are_parameters_and_the_candidate_carries_them(space) -> None:
     assert cand.knobs == {"max_running_requests": 64, "cuda_graph_max_bs": 16}
     assert space.params_of(cand) == params
     assert "max-running=64" in cand.label() and "graph-bs=16" in cand.label()
+    # study.enqueue and overrides give text: the knobs read as ints
+    assert space.coerce({"sched.max_running_requests": "64"}) == {"sched.max_running_requests": 64}
     with pytest.raises(ConfigError, match="sched.max_running_requests: 32 is not one of"):
         space.candidate({**CHAIN, "sched.max_running_requests": 32})
 
