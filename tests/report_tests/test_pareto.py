@@ -127,3 +127,17 @@ def test_feasible_means_the_objective_scenario(tmp_path) -> None:
     meets = {(r[0].strip("| "), r[2].split(" ")[0]): r[6].strip(" |") for r in rows}
     assert meets[("2", "single")] == "yes" and meets[("2", "c8")] == "no"
     assert meets[("1", "single")] == "no" and meets[("1", "c8")] == "yes"
+
+
+def test_the_plot_reads_the_points_from_the_pure_module() -> None:
+    """pareto.png and the report's table draw the same points (results/_pareto.py); the plots
+    module never imports the Markdown one, at the top or inside a function."""
+    import ast
+    import pathlib
+
+    import rayspec.report._plots as plots
+
+    tree = ast.parse(pathlib.Path(plots.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "rayspec.report._markdown" not in imported
+    assert "rayspec.results" in imported
