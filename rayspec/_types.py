@@ -184,14 +184,17 @@ class LaunchSpec:
 class RequestRecord:
     """One benchmark request as the client saw it.
 
-    Times are client-side (``time.perf_counter`` differences) except the ``*_unix_s`` stamps.
+    Times are client-side (``time.perf_counter`` differences) except the ``*_unix_s`` stamps,
+    or, for a twin study on ``/generate``, on the twin's simulated clock (``ttft_ms``,
+    ``itl_ms``, ``e2e_ms``; see :class:`~rayspec.bench.StreamClient`).
     ``accept_length`` is ``completion_tokens / spec_verify_ct`` of this request: run-scoped,
     not SGLang's lifetime average. ``accept_histogram`` is SGLang's
     ``spec_correct_drafts_histogram`` of this request: element ``i`` counts the verify steps
     that accepted ``i`` drafts (its length is the most accepted, plus one; it sums to
     ``spec_verify_ct``). ``category`` is the prompt's category in its set (``"default"`` for a
-    set without categories). A failed request has ``failure`` (its class) and ``error`` (what
-    happened); either alone is normalised to both at construction.
+    set without categories). ``sim_start_s`` is the arrival of a twin-timed request of a closed
+    loop on that clock (None otherwise). A failed request has ``failure`` (its class) and
+    ``error`` (what happened); either alone is normalised to both at construction.
     """
 
     scenario: str
@@ -211,6 +214,9 @@ class RequestRecord:
     failure: FailureReason | None = None
     accept_histogram: tuple[int, ...] | None = None  # verify steps by drafts accepted
     category: str = DEFAULT_CATEGORY  # the prompt's category in its set (bench.prompts)
+    # Seconds on the twin's simulated clock: under load the run's span is taken from these
+    # (run_tok_s), so a twin run's throughput does not depend on the host's speed.
+    sim_start_s: float | None = None
 
     def __post_init__(self) -> None:
         # Normalise once: the class is typed (text is accepted, as stored), and a message

@@ -12,11 +12,10 @@ from typing import Any
 from rayspec._types import TrialState
 from rayspec.report._categories import category_lines
 from rayspec.results import ABOVE_PEAK_WHY
-from rayspec.results import ParetoPoint
 from rayspec.results import above_peak
 from rayspec.results import gains
 from rayspec.results import interval
-from rayspec.results import pareto_points
+from rayspec.results import pareto_data
 from rayspec.results import tie_note
 from rayspec.results import vs_baseline
 from rayspec.results import within_noise
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from rayspec.report._plots import Plot
     from rayspec.results import Row
 
-__all__ = ["ABOVE_PEAK_MARK", "pareto_data", "pareto_table", "render", "table_rows"]
+__all__ = ["ABOVE_PEAK_MARK", "pareto_table", "render", "table_rows"]
 
 ABOVE_PEAK_MARK = "†"  # after an estimate above its row's own peak; the footnote says why
 
@@ -160,24 +159,9 @@ def _zero_goodput(data: StudyData) -> str:
     return "; ".join(f"trial {r.trial} ({_cell(r.candidate.label())})" for r in zero)
 
 
-def pareto_data(data: StudyData) -> tuple[list[ParetoPoint], bool]:
-    """Each configuration at each load as (tok/s per GPU, tok/s per user), front marked;
-    and whether the study had an SLO (``slo_violation`` stored)."""
-    prefixed = sorted({
-        k.split("__", 1)[0] for r in data.records for k in r.result.metrics
-        if k.endswith("__tok_s_mean")
-    })  # fmt: skip
-    first = next((sc for sc in data.concurrency if sc not in prefixed), "objective")
-    gpus = int(data.attrs.get("tp_size") or 1)
-    points = pareto_points(data.records, [first, *prefixed], gpus)
-    slo = any(math.isfinite(float(r.result.metrics.get("slo_violation", math.nan)))
-              for r in data.records)  # fmt: skip
-    return points, slo
-
-
 def pareto_table(data: StudyData) -> list[str]:
     """The Pareto table's lines (none when no configuration was measured)."""
-    points, slo = pareto_data(data)
+    points, slo = pareto_data(data.records, data.concurrency, int(data.attrs.get("tp_size") or 1))
     if not points:
         return []
     lines = [

@@ -16,6 +16,7 @@ from typing import Any
 
 from rayspec._plural import plural
 from rayspec._types import Candidate
+from rayspec.results import pareto_data
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -510,15 +511,13 @@ def plot_concurrency(data: StudyData, path: str) -> Plot:
 
 
 def plot_pareto(data: StudyData, path: str) -> Plot:
-    from rayspec.report._markdown import pareto_data
-
     title = "Throughput against interactivity"
     caption = (
         "Each configuration at each load: output tok/s per GPU against tok/s per user (a "
         "request's decode rate). The Pareto front's points are ringed and joined; a hollow marker "
         "missed study.slo."
     )
-    points, _ = pareto_data(data)
+    points, _ = pareto_data(data.records, data.concurrency, int(data.attrs.get("tp_size") or 1))
     if not points:
         return Plot(_name(path), title, caption, skipped="no configuration was measured")
     fig = _figure(7.0, 4.8)

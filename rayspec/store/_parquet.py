@@ -185,6 +185,7 @@ REQUEST_SCHEMA = pa.schema(
         ("output_ids", pa.list_(pa.int64())),  # the greedy output, for the correctness gate
         ("accept_histogram", pa.list_(pa.int64())),  # verify steps by drafts accepted
         ("category", pa.string()),  # the prompt's category (null: written before the column)
+        ("sim_start_s", pa.float64()),  # arrival on the twin's simulated clock (null: wall)
     ]
 )
 
@@ -260,6 +261,7 @@ def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
             "output_ids": list(r.output_ids) if r.output_ids is not None else None,
             "accept_histogram": _ints(r.accept_histogram),
             "category": r.category,
+            "sim_start_s": _float(r.sim_start_s),
         }
         for r in records
     ]
@@ -286,6 +288,7 @@ def request_record(row: Mapping[str, Any]) -> RequestRecord:
         failure=row.get("failure"),
         accept_histogram=tuple(int(n) for n in hist) if hist is not None else None,
         category=str(row.get("category") or DEFAULT_CATEGORY),
+        sim_start_s=_float(row.get("sim_start_s")),
     )  # fmt: skip
 
 
