@@ -626,9 +626,9 @@ class StructuredSearch(Strategy):
             return None
         if choice.point.key != inc.key:
             # The pick holds against a better mean: more starts of the two settle it.
-            # Against a floor, one start more each: at 3 % start noise, three starts a side
-            # cannot show a 5 % lead with the floor's confidence.
-            cap = self.max_starts + (1 if choice.point.floor else 0)
+            # Against a floor, more starts each (:meth:`duel_starts`): at 3 % start noise,
+            # four starts a side cannot show a 5 % lead with the floor's confidence.
+            cap = self.duel_starts(view.noise) if choice.point.floor else self.max_starts
             for p in sorted((choice.point, inc), key=lambda p: p.estimate.starts):
                 if p.estimate.starts < cap and p.key not in view.busy:
                     return Proposal(
@@ -649,6 +649,21 @@ class StructuredSearch(Strategy):
             return Proposal(ref.candidate, f"confirm the best (trial {ref.trials[0]})",
                             repeat_of=ref.trials[0])  # fmt: skip
         return None
+
+    def duel_starts(self, noise: Noise) -> int:
+        """Starts each side of a duel with a floor may get: ``max_starts`` plus the square of
+        the measured between-start noise over ``study.start_noise``, rounded (at least one more,
+        at most ``2 x max_starts`` more: 4 at the prior's 1 %, 7 at 2 %, 9 at 3 %).
+
+        The floor leaves only with 97.5 % confidence, and n starts measure a configuration to
+        the start noise over sqrt(n), so the starts a duel needs grow with the noise squared:
+        at 3x the prior's noise, four starts a side left the field profile's 5 % lead
+        undecided and the pick on the floor for the rest of the budget (field3x/quick, 3 of 20
+        seeds).
+        """
+        ratio = noise.between / self.start_noise if self.start_noise > 0 else 1.0
+        extra = min(2 * self.max_starts, max(1, round(ratio**2)))
+        return self.max_starts + extra
 
     def _rivals(self, view: _View, ref: Point) -> list[_Rival]:
         """What another restart could spend itself on, each with its chance to beat ``ref``
