@@ -70,6 +70,7 @@ from rayspec.search._posterior import Estimate
 from rayspec.search._posterior import Noise
 from rayspec.search._posterior import Start
 from rayspec.search._posterior import estimate
+from rayspec.search._posterior import expected_gain
 from rayspec.search._posterior import prob_better
 from rayspec.search._space import FLAG_OFF
 from rayspec.search._space import FLAG_ON
@@ -116,6 +117,7 @@ _MODEL_GAIN = 1.01
 # restart).
 _MODEL_SD = 0.03
 _MODEL_SKIP = 0.05
+_RUNS = 5  # the runs of a start the search has not made yet (the field protocol's repeats)
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,7 @@ class _Rival:
     proposal: Proposal
     point: Point | None  # the measured configuration; None for an unmeasured neighbour
     what: str
+    gain: float = math.inf  # the expected gain (relative) of the pick after its start
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,10 @@ class StructuredSearch(Strategy):
             by more than this.
         stop_below: the search is done once no rival beats the pick by more than ``band``
             with at least this probability (and the pick was started twice).
+        gain_below: ... or once no restart is expected to gain the pick this much (relative,
+            :func:`~rayspec.search._posterior.expected_gain`; 0.1 % is a tenth of the band):
+            on a node whose starts vary by 3 %, a third start of a rival tied with the pick
+            moves it little, though its chance to beat the pick by the band stays above 20 %.
         loads: how many loads (distinct concurrencies) the study measures; with several, no
             speculation is measured in full (the adaptive tiers need it at every load).
     """
@@ -191,6 +198,7 @@ class StructuredSearch(Strategy):
         confident: float = 0.75,
         band: float = 0.01,
         stop_below: float = 0.2,
+        gain_below: float = 0.001,
         loads: int = 1,
     ) -> None:
         self.space = space
@@ -202,6 +210,7 @@ class StructuredSearch(Strategy):
         self.confident = confident
         self.band = band
         self.stop_below = stop_below
+        self.gain_below = gain_below
         self.loads = loads
         algos = [m for m in space.modes if m != SPEC_OFF and not is_adaptive(m)]
         self.algorithm = algos[0] if algos else None
@@ -638,7 +647,8 @@ class StructuredSearch(Strategy):
         ref = choice.point
         options = self._rivals(view, ref)
         best = max(options, key=lambda r: r.risk, default=None)
-        if best is not None and best.risk >= self.stop_below:
+        gain = max((r.gain for r in options), default=0.0)
+        if best is not None and best.risk >= self.stop_below and gain >= self.gain_below:
             rival = best.point
             if rival is not None and ref.estimate.starts <= rival.estimate.starts:
                 if ref.key not in view.busy and ref.estimate.starts < self.max_starts:
@@ -680,7 +690,10 @@ class StructuredSearch(Strategy):
             proposal = Proposal(p.candidate, f"re-measure a contender (trial {p.trials[0]})",
                                 repeat_of=p.trials[0])  # fmt: skip
             risk = prob_better(p.estimate, ref.estimate, margin=self.band)
-            out.append(_Rival(risk, proposal, p, f"trial {p.trials[0]}"))
+            runs = max(1.0, p.estimate.runs / max(1, p.estimate.starts))
+            var = view.noise.between**2 + p.estimate.within**2 / runs
+            gain = expected_gain(p.estimate, ref.estimate, var)
+            out.append(_Rival(risk, proposal, p, f"trial {p.trials[0]}", gain))
         specs, _ = feasible_only(
             [p for p in view.points.values() if p.candidate.spec is not None and p.complete]
         )
@@ -712,7 +725,9 @@ class StructuredSearch(Strategy):
                 what = nb.label() if nb.adaptive else what
                 risk = prob_better(predicted, ref.estimate, margin=self.band)
                 proposal = Proposal(cand, f"explore next to the best: {what}")
-                out.append(_Rival(risk, proposal, None, what))
+                var = view.noise.between**2 + view.noise.within**2 / _RUNS
+                gain = expected_gain(predicted, ref.estimate, var)
+                out.append(_Rival(risk, proposal, None, what, gain))
         return out
 
     def stop_reason(self, observations: Sequence[Observation]) -> str:
@@ -727,10 +742,16 @@ class StructuredSearch(Strategy):
             return (f"converged: no rival left to start again (each has {self.max_starts} "
                     f"starts or failed); the pick is trial {choice.point.trials[0]}")  # fmt: skip
         top = max(rivals, key=lambda r: r.risk)
+        likeliest = (
+            f"P(the likeliest of {plural(len(rivals), 'rival')} ({top.what}) beats the pick, "
+            f"trial {choice.point.trials[0]}, by >{band}) = {100 * top.risk:.1f} %"
+        )
+        if top.risk < self.stop_below:
+            return f"converged: {likeliest} < {100 * self.stop_below:g} %"
+        most = max(rivals, key=lambda r: r.gain)
         return (
-            f"converged: P(the likeliest of {plural(len(rivals), 'rival')} ({top.what}) beats "
-            f"the pick, trial {choice.point.trials[0]}, by >{band}) = {100 * top.risk:.1f} % "
-            f"< {100 * self.stop_below:g} %"
+            f"converged: another restart is expected to gain the pick {100 * most.gain:.2f} % "
+            f"at most ({most.what}) < {100 * self.gain_below:g} %, though {likeliest}"
         )
 
     def _flags(self, view: _View) -> Proposal | None:

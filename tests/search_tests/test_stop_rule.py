@@ -131,3 +131,18 @@ def test_a_floor_duel_gets_more_starts_where_the_start_noise_is_three_times_the_
     assert search.duel_starts(view.noise) > 4
     quiet = weigh(_starts(0, tree, 98.0, [0.005, -0.005, 0.004, -0.004])).noise
     assert search.duel_starts(quiet) == search.max_starts + 1
+
+
+def test_a_rival_worth_too_little_a_restart_stops_the_search_with_its_gain() -> None:
+    """The stop rule's second half: however likely a rival is to beat the pick by the band
+    (``stop_below`` 0: every rival counts), once no restart is expected to gain the pick
+    ``gain_below`` the search stops and says the expected gain it stopped on."""
+    space = SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+    _, observations = _drive(_flat, 1)
+    assert StructuredSearch(space, None, token_bytes=1, stop_below=0.0).propose(observations)
+    content = StructuredSearch(space, None, token_bytes=1, stop_below=0.0, gain_below=0.5)
+    assert content.propose(observations) is None
+    reason = content.stop_reason(observations)
+    assert reason.startswith("converged: another restart is expected to gain the pick ")
+    gain = float(reason.split("gain the pick ")[1].split(" %")[0])
+    assert 0 <= gain < 50.0 and "though P(the likeliest" in reason
