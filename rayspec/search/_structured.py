@@ -26,8 +26,10 @@ the problem says the answer is (the README's *How it searches*):
 7. **Searched flags**: each value once, at the best configuration.
 8. **Confirmation**: the pick is re-launched (a fresh server start) and so is any configuration
    that could still beat it by more than ``band``, until none is likely to (below
-   ``stop_below``: :meth:`StructuredSearch.stop_reason` says the number) or each has
-   ``max_starts``.
+   ``stop_below``), no restart is expected to gain the pick ``gain_below`` (a tenth of the
+   band), or each has ``max_starts`` (:meth:`StructuredSearch.stop_reason` says the number).
+   A duel with a floor gets more starts where the measured start noise is above the prior's
+   (:meth:`StructuredSearch.duel_starts`).
 
 The strategy is a pure function of the observations (nothing to save or restore): a resumed
 study, or another driver, proposes exactly what this one would. ``propose`` returns None when
