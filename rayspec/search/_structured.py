@@ -26,7 +26,7 @@ the problem says the answer is (the README's *How it searches*):
 7. **Searched flags**: each value once, at the best configuration.
 8. **Confirmation**: the pick is re-launched (a fresh server start) and so is any configuration
    that could still beat it by more than ``band``, until none is likely to (below
-   ``stop_below``), no restart is expected to gain the pick ``gain_below`` (a tenth of the
+   ``stop_below``), no restart is expected to gain the pick ``gain_below`` (a quarter of the
    band), or each has ``max_starts`` (:meth:`StructuredSearch.stop_reason` says the number).
    A duel with a floor gets more starts where the measured start noise is above the prior's
    (:meth:`StructuredSearch.duel_starts`).
@@ -181,7 +181,7 @@ class StructuredSearch(Strategy):
         stop_below: the search is done once no rival beats the pick by more than ``band``
             with at least this probability (and the pick was started twice).
         gain_below: ... or once no restart is expected to gain the pick this much (relative,
-            :func:`~rayspec.search._posterior.expected_gain`; 0.1 % is a tenth of the band):
+            :func:`~rayspec.search._posterior.expected_gain`; 0.25 %, a quarter of the band):
             on a node whose starts vary by 3 %, a third start of a rival tied with the pick
             moves it little, though its chance to beat the pick by the band stays above 20 %.
         loads: how many loads (distinct concurrencies) the study measures; with several, no
@@ -200,7 +200,7 @@ class StructuredSearch(Strategy):
         confident: float = 0.75,
         band: float = 0.01,
         stop_below: float = 0.2,
-        gain_below: float = 0.001,
+        gain_below: float = 0.0025,
         loads: int = 1,
     ) -> None:
         self.space = space
