@@ -417,7 +417,9 @@ def canonical_key(candidate: Candidate) -> str:
         for name, default in (("adaptive", False), ("overlap", True)):
             if spec[name] == default:
                 del spec[name]
-    return json.dumps(
-        {"spec": spec, "env": list(candidate.nccl_env), "flags": list(candidate.flags)},
-        sort_keys=True,
-    )
+    key: dict[str, object] = {
+        "spec": spec, "env": list(candidate.nccl_env), "flags": list(candidate.flags)
+    }  # fmt: skip
+    if candidate.adaptive_tiers:  # a plan: its tiers are part of what runs
+        key["tiers"] = [[bs, list(steps)] for bs, steps in candidate.adaptive_tiers]
+    return json.dumps(key, sort_keys=True)
