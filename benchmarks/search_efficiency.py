@@ -31,7 +31,13 @@ quickstart space and four scenarios, concurrency 1 (the objective, 500 tokens), 
 closed-loop wave of 200-token requests per run; the twin's scheduler in process). Its truth is
 per load (:func:`true_tok_s_at`), and its own table counts restarts until the best per load (the
 report's pick at concurrency 1, its per-scenario best at the others: what
-``adaptive_tiers.json`` is built from) is within 1 % of the true best at every load.
+``adaptive_tiers.json`` is built from) is within 1 % of the true best at every load. A third
+table is the plan's (``study.verify_plan``: after the search, one restart runs the plan itself):
+the verified plan's true value (:func:`true_plan_at`: each load's tier steps with the plan's NCCL
+set, adaptive's ``adaptive_ms`` on every iteration) against the best per-load plan's
+(:func:`best_plan_at`), the restart that verified it, the restarts until the plan built from the
+trials so far is within 1 % (+1 for its verification), seeds where the verified plan is truly
+more than 1 % below the static pick at some load, and where the report recommended it anyway.
 
 Noise: ``--start-noise-scale S`` multiplies the profile's between-start noise (``sigma_start``)
 and ``--noise-scale S`` every noise term (``sigma_start``, ``sigma_accept``, ``sigma_time``), for
@@ -534,7 +540,7 @@ def one_study(
             static_final = tuple(true_tok_s_at(case, final.best.candidate, c) for c in loads)
         verdict = plan_verdict(
             final, records, [(f"c{c}", c) for c in loads], objective=f"c{loads[0]}",
-            start_noise=cfg.study.start_noise,
+            start_noise=cfg.study.start_noise, equivalent=equivalent,
         )  # fmt: skip
         recommended = verdict is not None and verdict.recommended
     measured = [r for r in records if r.launched]

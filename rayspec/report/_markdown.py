@@ -282,8 +282,9 @@ def plan_verdict_of(data: StudyData) -> PlanVerdict | None:
         if names:
             loads.append((objective if objective in names else names[0], bs))
     return plan_verdict(
-        data.report, data.records, loads, objective=objective, start_noise=data.start_noise
-    )
+        data.report, data.records, loads, objective=objective, start_noise=data.start_noise,
+        equivalent=data.equivalent,
+    )  # fmt: skip
 
 
 def plan_section(data: StudyData) -> list[str]:
@@ -298,7 +299,8 @@ def plan_section(data: StudyData) -> list[str]:
         f"One server for every load: `{_cell(verdict.plan.candidate().label())}` (SGLang's "
         f"adaptive tiers, `--speculative-adaptive-config`), verified by trial {trials} at "
         "every load, beside the static pick (what `best.sh` launches) and the best "
-        "configuration without speculation. Each figure is tok/s with its 95 % interval (the "
+        "configuration without speculation. Each figure is throughput (tok/s, whatever "
+        "`study.objective` is) with its 95 % interval (the "
         "runs' spread and one server start's offset, `study.start_noise`, per start); "
         "`plan - static` carries the noise of the difference."
     )

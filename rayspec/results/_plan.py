@@ -26,6 +26,7 @@ from rayspec._types import SpecSettings
 from rayspec._types import TrialRecord
 from rayspec._types import TrialState
 from rayspec.results._table import StudyReport
+from rayspec.search import Equivalence
 
 __all__ = [
     "PLAN_PARAM",
@@ -265,6 +266,7 @@ def plan_verdict(
     *,
     objective: str,
     start_noise: float,
+    equivalent: Equivalence | None = None,
 ) -> PlanVerdict | None:
     """The verification of the latest plan measured, or None when no plan trial is stored.
 
@@ -274,6 +276,8 @@ def plan_verdict(
         loads: (scenario, concurrency) of each closed-loop load.
         objective: the objective's scenario (its metrics are stored unprefixed).
         start_noise: ``study.start_noise``.
+        equivalent: the NCCL screen's classes: a set of the pick's class counts as the pick's
+            own NCCL set for adaptive's cost.
     """
     plans = [r for r in records if r.role == PLAN_ROLE and PLAN_PARAM in r.params]
     if not plans:
@@ -298,23 +302,32 @@ def plan_verdict(
         checks.append(
             LoadCheck(concurrency, scenario, plan.steps_at(concurrency), p, s, off, half)
         )
-    cost = _cost(plan, report, checks)
+    cost = _cost(plan, report, checks, equivalent)
     ok, why = recommend(checks, same_as_static=len(cost) == len(checks))
     return PlanVerdict(plan, tuple(r.trial for r in mine), tuple(checks), ok, why, cost)
 
 
 def _cost(
-    plan: Plan, report: StudyReport, checks: Sequence[LoadCheck]
+    plan: Plan,
+    report: StudyReport,
+    checks: Sequence[LoadCheck],
+    equivalent: Equivalence | None = None,
 ) -> tuple[tuple[int, float, float], ...]:
     """Where the plan runs the static pick's own settings (same steps as a topk-1 chain or no
-    speculation, same NCCL set), static - plan is what adaptive mode costs there."""
+    speculation, the same NCCL set or one of its screen class), static - plan is what adaptive
+    mode costs there."""
     best = report.best
     if best is None or best.candidate.flags or best.candidate.adaptive_tiers:
         return ()
     spec = best.candidate.spec
     if spec is not None and (spec.eagle_topk != 1 or spec.adaptive):
         return ()
-    if best.candidate.nccl_env != plan.nccl_env:
+    same = (
+        best.candidate.nccl_env == plan.nccl_env
+        if equivalent is None
+        else equivalent(best.candidate.nccl_env) == equivalent(plan.nccl_env)
+    )
+    if not same:
         return ()
     steps = spec.num_steps if spec is not None else 0
     return tuple(

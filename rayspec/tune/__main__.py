@@ -298,6 +298,7 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
 def _plan_verdict(cfg: ExperimentConfig, report: StudyReport) -> PlanVerdict | None:
     """The plan's verification from the stored trials (None: no plan trial)."""
     from rayspec.results import candidate_reader
+    from rayspec.results import load_equivalence
     from rayspec.results import load_space
     from rayspec.results import plan_verdict
     from rayspec.store import ParquetTrialStore
@@ -313,7 +314,7 @@ def _plan_verdict(cfg: ExperimentConfig, report: StudyReport) -> PlanVerdict | N
     records = store.load_records(candidate_reader(space))
     return plan_verdict(
         report, records, closed_loads(cfg), objective=cfg.scenarios()[0].name,
-        start_noise=cfg.study.start_noise,
+        start_noise=cfg.study.start_noise, equivalent=load_equivalence(cfg.out_dir),
     )  # fmt: skip
 
 

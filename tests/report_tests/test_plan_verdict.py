@@ -110,3 +110,19 @@ def test_no_verdict_without_a_plan_trial() -> None:
     report, records = _study(90.0, 600.0)
     searched = [r for r in records if r.role != PLAN_ROLE]
     assert plan_verdict(report, searched, LOADS, objective="c1", start_noise=0.01) is None
+
+
+def test_adaptives_cost_is_read_where_the_nccl_set_is_of_the_picks_screen_class() -> None:
+    """A plan whose NCCL set differs from the pick's in name but not in the screen's class runs
+    the pick's own settings where its steps are the pick's: there static - plan is the cost."""
+    report, records = _study(89.0, 600.0)
+    other = Plan(((1, (2,)), (16, (0,))), (("NCCL_PROTO", "LL"), ("NCCL_ALGO", "Ring")),
+                 "EAGLE3", 2)  # fmt: skip
+    records[2] = _record(2, other.candidate(), 89.0, 600.0, role=PLAN_ROLE,
+                         params={PLAN_PARAM: other.to_json()})  # fmt: skip
+    plain = plan_verdict(report, records, LOADS, objective="c1", start_noise=0.01)
+    assert plain is not None and plain.cost == ()
+    one_class = plan_verdict(report, records, LOADS, objective="c1", start_noise=0.01,
+                             equivalent=lambda env: "all")  # fmt: skip
+    assert one_class is not None and [load for load, _, _ in one_class.cost] == [1]
+    assert one_class.cost[0][1] == pytest.approx(1.0)
