@@ -5,12 +5,14 @@ restart kept for it, and a failure is a row, not the study's."""
 from __future__ import annotations
 
 import json
+import os
 
 from rayspec._config import load_config
 from rayspec._exceptions import FailureReason
 from rayspec.results import PLAN_PARAM
 from rayspec.results import PLAN_ROLE
 from rayspec.store import ParquetTrialStore
+from rayspec.store import StudyFolder
 from rayspec.testing import SimulatedTrials
 from rayspec.testing import _simtrial
 from rayspec.tune import run_study
@@ -54,6 +56,12 @@ def test_the_plan_runs_after_the_search_and_lands_in_parquet(tmp_path) -> None:
     # A resume with the budget spent runs nothing again.
     again = run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
     assert again.ran == 0 and len(_rows(cfg)) == len(rows)
+    # A lost trial file is rebuilt from the journal as the plan's (not as the baseline).
+    os.remove(StudyFolder(cfg.out_dir).trial_file(plan["trial"]))
+    run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
+    rebuilt = next(r for r in _rows(cfg) if r["trial"] == plan["trial"])
+    assert rebuilt["role"] == PLAN_ROLE and rebuilt["params"] == plan["params"]
+    assert rebuilt["candidate"] == plan["candidate"]
 
 
 class _NoAdaptive(SimulatedServer):
@@ -77,3 +85,28 @@ def test_verify_plan_0_keeps_nothing_and_runs_no_plan(tmp_path) -> None:
     outcome = run_study(cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None)
     assert not [r for r in _rows(cfg) if r["role"] == PLAN_ROLE]
     assert outcome.restarts == 4 and "kept" not in outcome.stopped
+
+
+def test_a_verification_interrupted_by_a_killed_driver_runs_again_on_resume(tmp_path) -> None:
+    """The driver dies while the plan runs: on resume the trial is failed (interrupted, its
+    row the plan's, nothing queued as a configuration of the space) and the plan runs again."""
+    import pytest
+
+    def killed_at_the_plan(cfg, number, candidate, **kwargs):  # type: ignore[no-untyped-def]
+        if candidate.adaptive_tiers:
+            raise KeyboardInterrupt
+        return SimulatedTrials()(cfg, number, candidate, **kwargs)
+
+    cfg = _cfg(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(cfg, trial_fn=killed_at_the_plan, printer=lambda _line: None)
+    assert not [r for r in _rows(cfg) if r["role"] == PLAN_ROLE]
+    lines: list[str] = []
+    run_study(cfg, trial_fn=SimulatedTrials(), printer=lines.append)
+    plans = [r for r in _rows(cfg) if r["role"] == PLAN_ROLE]
+    assert [(p["state"], p["failure"]) for p in plans] == [
+        ("FAIL", "interrupted"), ("COMPLETE", None),
+    ]  # fmt: skip
+    assert plans[0]["params"] == plans[1]["params"]
+    assert any("the plan's verification) was interrupted" in line for line in lines)
+    assert len(_rows(cfg)) == plans[1]["trial"] + 1  # nothing else ran after the search
