@@ -306,7 +306,9 @@ def plan_section(data: StudyData) -> list[str]:
     )
     lines += ["", "| " + " | ".join(VERDICT_HEADER) + " |", "|" + "---|" * len(VERDICT_HEADER)]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in verdict_rows(verdict)]
-    lines += ["", f"**{verdict.why[0].upper()}{verdict.why[1:]}.**", "", cost_line(verdict) + "."]
+    cost = cost_line(verdict)
+    why = verdict.why
+    lines += ["", f"**{why[0].upper()}{why[1:]}.**", "", f"{cost[0].upper()}{cost[1:]}."]
     return lines
 
 
