@@ -50,6 +50,7 @@ def test_the_plan_runs_after_the_search_and_lands_in_parquet(tmp_path) -> None:
     assert plan["tok_s_mean"] > 0 and plan["c8__tok_s_mean"] > 0  # measured at every load
     assert outcome.report.best is not None and outcome.report.best.role != PLAN_ROLE
     assert "kept for the plan's verification" in outcome.stopped
+    assert not plan["alarm"]  # its steps follow the load: no acceptance alarm for it
     with open(f"{cfg.out_dir}/report.md", encoding="utf-8") as fh:
         text = fh.read()
     assert "## The per-load plan" in text and "| 8 |" in text
