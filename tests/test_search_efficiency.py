@@ -137,6 +137,48 @@ def test_the_ladder_truth_is_what_a_noise_free_run_at_each_load_measures(
     assert bench.optimum_at_load(case, 1)[1].spec is not None
 
 
+def test_the_goodput_truth_is_the_noise_free_latency_at_the_load(bench: ModuleType) -> None:
+    """The goodput case's truth: the noise-free TTFT (the wave's one prefill) and per-request
+    p99 gap (a one-token cycle of the full batch at the end of the output) that a noise-free
+    in-process wave at c32 measures, within 1 %; its SLO splits the configurations (no
+    speculation with the best NCCL sets meets it, the baseline and speculation miss it)."""
+    import os
+
+    import numpy as np
+
+    from rayspec._types import SpecSettings
+    from rayspec.bench import Scenario
+    from rayspec.bench import request_input
+    from rayspec.server import build_launch
+    from rayspec.twin._simulate import LoadAsk
+    from rayspec.twin._simulate import SimulatedServer
+    from rayspec.twin._text import count_prompt_tokens
+
+    case = "field/goodput"
+    load = bench.GOODPUT_CASES[case]
+    cfg = bench.truth_config(case)
+    assert cfg.study.objective == "goodput" and cfg.scenarios()[0].name == f"c{load}"
+    ll = (("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL"))
+    best = Candidate(nccl_env=ll)
+    chain = Candidate(nccl_env=ll, spec=SpecSettings("EAGLE3", 2, 1, 3))
+    profile = load_profile(cfg.server.twin.profile).without_noise()
+    sc = Scenario(name=f"c{load}", concurrency=load, requests_per_run=load, max_tokens=200)
+    asks = [request_input(sc, 0, i) for i in range(load)]
+    for cand in (best, chain):
+        launch = build_launch(cfg, cand, port=0, log_path=os.devnull, trial=1)
+        server = SimulatedServer(launch.argv[3:], dict(launch.env), profile)
+        served = server.serve(
+            [LoadAsk(count_prompt_tokens(a.prompt), a.max_tokens) for a in asks], load
+        )
+        ttft, itl = bench.true_latency_at(case, cand, load)
+        assert max(r.ttft_ms for r in served) == pytest.approx(ttft, rel=0.01)
+        gaps = [float(np.percentile(r.itl_ms, 99)) for r in served]  # as bench._slo takes it
+        assert max(gaps) == pytest.approx(itl, rel=0.01)
+    assert bench.truly_meets_slo(case, best) and not bench.truly_meets_slo(case, chain)
+    assert not bench.truly_meets_slo(case, Candidate())  # the baseline: NCCL unset
+    assert bench.optimum_at(case) == (bench.true_tok_s_at(case, best, load), best)
+
+
 def test_a_plans_truth_is_its_tier_chain_plus_adaptive_cost_and_what_a_run_measures(
     bench: ModuleType, tmp_path
 ) -> None:

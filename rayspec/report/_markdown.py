@@ -15,14 +15,13 @@ from rayspec.results import ABOVE_PEAK_WHY
 from rayspec.results import PLAN_PARAM
 from rayspec.results import PLAN_ROLE
 from rayspec.results import VERDICT_HEADER
-from rayspec.results import ParetoPoint
 from rayspec.results import Plan
 from rayspec.results import PlanVerdict
 from rayspec.results import above_peak
 from rayspec.results import cost_line
 from rayspec.results import gains
 from rayspec.results import interval
-from rayspec.results import pareto_points
+from rayspec.results import pareto_data
 from rayspec.results import plan_verdict
 from rayspec.results import tie_note
 from rayspec.results import verdict_rows
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
     from rayspec.report._plots import Plot
     from rayspec.results import Row
 
-__all__ = ["ABOVE_PEAK_MARK", "pareto_data", "pareto_table", "render", "table_rows"]
+__all__ = ["ABOVE_PEAK_MARK", "pareto_table", "render", "table_rows"]
 
 ABOVE_PEAK_MARK = "†"  # after an estimate above its row's own peak; the footnote says why
 
@@ -168,24 +167,9 @@ def _zero_goodput(data: StudyData) -> str:
     return "; ".join(f"trial {r.trial} ({_cell(r.candidate.label())})" for r in zero)
 
 
-def pareto_data(data: StudyData) -> tuple[list[ParetoPoint], bool]:
-    """Each configuration at each load as (tok/s per GPU, tok/s per user), front marked;
-    and whether the study had an SLO (``slo_violation`` stored)."""
-    prefixed = sorted({
-        k.split("__", 1)[0] for r in data.records for k in r.result.metrics
-        if k.endswith("__tok_s_mean")
-    })  # fmt: skip
-    first = next((sc for sc in data.concurrency if sc not in prefixed), "objective")
-    gpus = int(data.attrs.get("tp_size") or 1)
-    points = pareto_points(data.records, [first, *prefixed], gpus)
-    slo = any(math.isfinite(float(r.result.metrics.get("slo_violation", math.nan)))
-              for r in data.records)  # fmt: skip
-    return points, slo
-
-
 def pareto_table(data: StudyData) -> list[str]:
     """The Pareto table's lines (none when no configuration was measured)."""
-    points, slo = pareto_data(data)
+    points, slo = pareto_data(data.records, data.concurrency, int(data.attrs.get("tp_size") or 1))
     if not points:
         return []
     lines = [

@@ -14,6 +14,7 @@ from rayspec.results._deploy import deploy_script
 from rayspec.results._deploy import twin_script
 from rayspec.results._deploy import write_best
 from rayspec.results._pareto import ParetoPoint
+from rayspec.results._pareto import pareto_data
 from rayspec.results._pareto import pareto_front
 from rayspec.results._pareto import pareto_points
 from rayspec.results._pick import GATE_UNCHECKED
@@ -77,6 +78,7 @@ __all__ = [
     "load_equivalence",
     "load_space",
     "observations_from_records",
+    "pareto_data",
     "pareto_front",
     "pareto_points",
     "plan_verdict",

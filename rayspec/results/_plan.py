@@ -317,7 +317,7 @@ def _cost(
     speculation, the same NCCL set or one of its screen class), static - plan is what adaptive
     mode costs there."""
     best = report.best
-    if best is None or best.candidate.flags or best.candidate.adaptive_tiers:
+    if best is None or best.candidate.server_settings or best.candidate.adaptive_tiers:
         return ()
     spec = best.candidate.spec
     if spec is not None and (spec.eagle_topk != 1 or spec.adaptive):

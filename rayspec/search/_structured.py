@@ -24,6 +24,9 @@ the problem says the answer is (the README's *How it searches*):
    the tree can hold, starting near twice the chain's verify width.
 6. **Local refinement** around the best tree: the neighbouring budget, depth and topk.
 7. **Searched flags**: each value once, at the best configuration.
+8. **Scheduler knobs** (``search.scheduler``): each value of each knob once, at the best
+   configuration (its flags and other knobs kept); a graph cap above the running cap is the
+   capped point, never launched twice.
 8. **Confirmation**: the pick is re-launched (a fresh server start) and so is any configuration
    that could still beat it by more than ``band``, until none is likely to (below
    ``stop_below``: :meth:`StructuredSearch.stop_reason` says the number) or each has
@@ -41,6 +44,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from collections.abc import Collection
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -75,8 +79,10 @@ from rayspec.search._space import FLAG_OFF
 from rayspec.search._space import FLAG_ON
 from rayspec.search._space import P_MODE
 from rayspec.search._space import P_OVERLAP
+from rayspec.search._space import SCHED_PREFIX
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
+from rayspec.search._space import effective_knobs
 from rayspec.search._space import is_adaptive
 from rayspec.search._strategy import Strategy
 from rayspec.search._strategy import Wait
@@ -192,6 +198,8 @@ class StructuredSearch(Strategy):
         band: float = 0.01,
         stop_below: float = 0.2,
         loads: int = 1,
+        server_knobs: Mapping[str, int | None] | None = None,
+        max_load: int | None = None,
     ) -> None:
         self.space = space
         self.screen = screen
@@ -203,6 +211,11 @@ class StructuredSearch(Strategy):
         self.band = band
         self.stop_below = stop_below
         self.loads = loads
+        # The server's scheduler values (a candidate without a knob runs them) and the largest
+        # load of the study (no batch grows past it): a knob value that changes neither is the
+        # point already measured.
+        self.server_knobs = dict(server_knobs or {})
+        self.max_load = max_load
         algos = [m for m in space.modes if m != SPEC_OFF and not is_adaptive(m)]
         self.algorithm = algos[0] if algos else None
         # SGLang's adaptive steps: one point each (topk 1, its own start).
@@ -295,7 +308,7 @@ class StructuredSearch(Strategy):
                     failed.add(o.key)
             if o.state is TrialState.COMPLETE and o.launched and not o.measured:
                 failed.add(o.key)  # measured to nothing (goodput 0: no request met study.slo)
-            if o.measured and not o.candidate.flags:
+            if o.measured and not o.candidate.server_settings:
                 by_spec.setdefault(o.candidate.spec, []).append(o)
         return _View(
             evidence=evidence,
@@ -354,6 +367,7 @@ class StructuredSearch(Strategy):
             self._modes,
             self._improve,
             self._flags,
+            self._knobs,
         )
         for stage in stages:
             proposal = stage(view)
@@ -737,6 +751,45 @@ class StructuredSearch(Strategy):
                     continue
                 return Proposal(cand, f"flag {flag} {value} at the best configuration")
         return None
+
+    def _knobs(self, view: _View) -> Proposal | None:
+        if not self.space.scheduler:
+            return None
+        inc = self._incumbent(view)
+        if inc is None:
+            return None
+        seen = {self._behaviour(p.candidate) for p in view.points.values()}
+        for knob, values in self.space.scheduler:
+            for value in values:
+                params = self.space.params_of(inc.candidate)
+                params[f"{SCHED_PREFIX}{knob}"] = value
+                cand = self.space.candidate(params)
+                key = view.evidence.key_of(cand)
+                if key in view.points or canonical_key(cand) in view.failed or key in view.busy:
+                    continue
+                if self._behaviour(cand) in seen:  # the server's value, or past every load
+                    continue
+                return Proposal(cand, f"{knob} {value} at the best configuration")
+        return None
+
+    def _behaviour(self, candidate: Candidate) -> tuple[str, tuple[tuple[str, int | None], ...]]:
+        """What a candidate runs as at the study's loads: its settings without the knobs, and
+        the knobs as the launch sets them (the server's where absent; the graph cap following
+        the running cap), the two caps clamped to the largest load."""
+        knobs = candidate.knobs
+        running = knobs.get("max_running_requests", self.server_knobs.get("max_running_requests"))
+        graph = knobs.get(
+            "cuda_graph_max_bs", self.server_knobs.get("cuda_graph_max_bs") or running
+        )
+        caps = effective_knobs(
+            {k: v for k, v in (("max_running_requests", running), ("cuda_graph_max_bs", graph))
+             if v is not None}
+        )  # fmt: skip
+        if self.max_load is not None:
+            caps = {k: min(v, self.max_load) for k, v in caps.items()}
+        chunk = knobs.get("chunked_prefill_size", self.server_knobs.get("chunked_prefill_size"))
+        rest = dataclasses.replace(candidate, scheduler=())
+        return canonical_key(rest), (*sorted(caps.items()), ("chunked_prefill_size", chunk))
 
     # -- the ladder --------------------------------------------------------------------------
     def _ladder(

@@ -390,18 +390,19 @@ class StudyHandle:
             trial._trial.set_constraint(CONSTRAINT_FAILED, 1.0)
             self._study.tell(trial.number, 0.0, skip_if_finished=True)
 
-    def tell_stored(self, number: int, state: TrialState, value: float | None,
-                    failure: str | None) -> None:  # fmt: skip
-        """Tell a trial of a killed driver from its Parquet row (recovery)."""
-        if state is TrialState.COMPLETE:
-            self._study.tell(number, value, skip_if_finished=True)
-        elif state is TrialState.PRUNED:
-            self._study.tell(number, state=OptunaState.PRUNED, skip_if_finished=True)
-        else:
-            # A constraint can only be set through a live trial; a recovered failure is told
-            # as Optuna's FAIL (the Parquet row keeps the reason).
-            del failure
-            self._study.tell(number, state=OptunaState.FAIL, skip_if_finished=True)
+    def tell_stored(self, result: TrialResult) -> None:
+        """Tell a trial a killed driver left running from its Parquet row (recovery), as
+        :meth:`tell` would have: the same state, value, attributes and constraints (``slo``,
+        ``failed``), so a resumed study's sampler sees what the original's saw. A trial no
+        longer running is left alone (told already)."""
+        running = self._study.get_trials(deepcopy=False, states=(OptunaState.RUNNING,))
+        frozen = next((t for t in running if t.number == result.trial), None)
+        if frozen is None:
+            return
+        # A live handle on the stored trial, as ``_pop_baseline`` builds one: constraints and
+        # attributes are set through it before the tell.
+        live = optuna.Trial(self._study, frozen._trial_id)
+        self.tell(TrialHandle(live, result.candidate), result)
 
     @staticmethod
     def _set_attrs(trial: TrialHandle, result: TrialResult) -> None:

@@ -17,7 +17,6 @@ from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
-from rayspec._types import TrialState
 from rayspec.results import candidate_reader
 from rayspec.search import StudyHandle
 from rayspec.search import TrialHandle
@@ -48,10 +47,8 @@ def recover(handle: StudyHandle, store: ParquetTrialStore, printer: Callable[[st
         row = stored.get(t.number)
         if row is not None and row.failure != interrupted:
             # Measured and stored, but the driver died before telling Optuna: nothing lost.
-            state = row.state
-            value = row.value if state is TrialState.COMPLETE else None
-            handle.tell_stored(t.number, state, value, row.failure)
-            printer(f"recovered trial {t.number} from its Parquet row ({state.value})")
+            handle.tell_stored(row)
+            printer(f"recovered trial {t.number} from its Parquet row ({row.state.value})")
             continue
         if row is None:
             # Its configuration as queued (a kill while it was being sampled leaves some

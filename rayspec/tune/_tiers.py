@@ -129,7 +129,9 @@ def closed_loads(cfg: ExperimentConfig) -> list[tuple[str, int]]:
 
 def _chain_or_off(candidate: Candidate) -> bool:
     spec = candidate.spec
-    return spec is None or (spec.eagle_topk == 1 and not spec.adaptive and not candidate.flags)
+    return spec is None or (
+        spec.eagle_topk == 1 and not spec.adaptive and not candidate.server_settings
+    )
 
 
 def write_adaptive_tiers(

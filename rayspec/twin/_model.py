@@ -253,7 +253,17 @@ class PerfModel:
         )
         return s.D0_ms + spec.num_steps * per_step
 
-    def step_ms(self, batch: int = 1, ctx: float | None = None, mult: float = 1.0) -> float:
+    def eager_ms(self) -> float:
+        """What one decode iteration costs more outside a CUDA graph: the launch overhead of
+        the target forward and, with speculation, of each draft step (*Batching*)."""
+        extra = self.profile.forward.eager_ms
+        if self.spec is not None:
+            extra += self.spec.num_steps * self.profile.speculative.draft_eager_ms
+        return extra
+
+    def step_ms(
+        self, batch: int = 1, ctx: float | None = None, mult: float = 1.0, *, graph: bool = True
+    ) -> float:
         """One decode iteration (no speculation) or one EAGLE-3 cycle V + D, in ms.
 
         Args:
@@ -261,13 +271,17 @@ class PerfModel:
             ctx: mean context length of the running requests (None: the calibration context).
             mult: the request's acceptance multiplier. The cycle's cost does not depend on it in
                 the reference formulas; it is accepted so callers can pass one request's draw.
+            graph: the batch runs as a captured CUDA graph; False adds :meth:`eager_ms`.
 
         Raises:
             NcclNoAlgorithmError: the NCCL setup has no usable AllReduce algorithm.
             DraftTreeError: the draft-token budget does not fit the tree.
         """
         del mult  # cost is independent of acceptance
-        extra = self.profile.speculative.adaptive_ms if self.adaptive else 0.0
+        # Adaptive mode's controller (adaptive_ms) and eager launches are paid every iteration.
+        extra = (self.profile.speculative.adaptive_ms if self.adaptive else 0.0) + (
+            0.0 if graph else self.eager_ms()
+        )
         if self.spec is None:
             return self.forward_ms(batch, batch, ctx) + extra
         self._check_tree()
@@ -348,6 +362,13 @@ class PerfModel:
         points*)."""
         u = self.profile.uncalibrated
         return u.prefill_base_ms + u.prefill_ms_per_token * max(0, prompt_tokens)
+
+    def chunked_prefill_ms(self, prompt_tokens: int, chunk: int | None) -> float:
+        """A prompt prefilled alone in forwards of at most ``chunk`` tokens (None: one)."""
+        if chunk is None or chunk < 1 or prompt_tokens <= chunk:
+            return self.prefill_ms(prompt_tokens)
+        full, rest = divmod(prompt_tokens, chunk)
+        return full * self.prefill_ms(chunk) + (self.prefill_ms(rest) if rest else 0.0)
 
     # ------------------------------------------------------------------------------ helpers
 

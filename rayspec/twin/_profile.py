@@ -188,6 +188,9 @@ class ForwardProfile:
     c_e_ms: float
     p_tok_ms: float
     flop_tok_ms: float
+    # [est] launch overhead of one target forward run eagerly (a decode batch above
+    # --cuda-graph-max-bs, or graphs off); absent: 0, eager costs what a graph does.
+    eager_ms: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +213,8 @@ class SpeculativeProfile:
     draft_collectives_per_step: int
     F_spec_no_overlap_ms: float | None = None
     adaptive_ms: float = 0.0
+    # [est] launch overhead of one draft step run eagerly; absent: 0.
+    draft_eager_ms: float = 0.0
 
     def f_spec_ms(self, overlap: bool) -> float:
         if overlap or self.F_spec_no_overlap_ms is None:
@@ -629,6 +634,7 @@ def _forward(node: _Node) -> ForwardProfile:
         c_e_ms=node.get_float("c_e_ms"),
         p_tok_ms=node.get_float("p_tok_ms"),
         flop_tok_ms=node.get_float("flop_tok_ms"),
+        eager_ms=node.get_float("eager_ms") if node.has("eager_ms") else 0.0,
     )
     node.done()
     if out.W0_ms > out.C0_ms:
@@ -646,6 +652,7 @@ def _speculative(node: _Node) -> SpeculativeProfile:
             node.get_float("F_spec_no_overlap_ms") if node.has("F_spec_no_overlap_ms") else None
         ),
         adaptive_ms=node.get_float("adaptive_ms") if node.has("adaptive_ms") else 0.0,
+        draft_eager_ms=node.get_float("draft_eager_ms") if node.has("draft_eager_ms") else 0.0,
     )
     node.done()
     return out
