@@ -31,7 +31,13 @@ quickstart space and four scenarios, concurrency 1 (the objective, 500 tokens), 
 closed-loop wave of 200-token requests per run; the twin's scheduler in process). Its truth is
 per load (:func:`true_tok_s_at`), and its own table counts restarts until the best per load (the
 report's pick at concurrency 1, its per-scenario best at the others: what
-``adaptive_tiers.json`` is built from) is within 1 % of the true best at every load.
+``adaptive_tiers.json`` is built from) is within 1 % of the true best at every load. A third
+table is the plan's (``study.verify_plan``: after the search, one restart runs the plan itself):
+the verified plan's true value (:func:`true_plan_at`: each load's tier steps with the plan's NCCL
+set, adaptive's ``adaptive_ms`` on every iteration) against the best per-load plan's
+(:func:`best_plan_at`), the restart that verified it, the restarts until the plan built from the
+trials so far is within 1 % (+1 for its verification), seeds where the verified plan is truly
+more than 1 % below the static pick at some load, and where the report recommended it anyway.
 
 A goodput case, ``field/goodput`` (not in the default ``--cases``): the same ladder with
 ``study.objective: goodput`` at concurrency 32 under ``study.slo`` (TTFT p99 1000 ms, per-request
@@ -112,10 +118,14 @@ from rayspec._config import load_config  # noqa: E402
 from rayspec._types import Candidate  # noqa: E402
 from rayspec._types import SpecSettings  # noqa: E402
 from rayspec.bench import request_input  # noqa: E402
+from rayspec.results import PLAN_PARAM  # noqa: E402
+from rayspec.results import PLAN_ROLE  # noqa: E402
+from rayspec.results import Plan  # noqa: E402
 from rayspec.results import StudyReport  # noqa: E402
 from rayspec.results import build_report  # noqa: E402
 from rayspec.results import candidate_reader  # noqa: E402
 from rayspec.results import load_equivalence  # noqa: E402
+from rayspec.results import plan_verdict  # noqa: E402
 from rayspec.search import SearchSpace  # noqa: E402
 from rayspec.server import build_launch  # noqa: E402
 from rayspec.server import server_env  # noqa: E402
@@ -123,6 +133,7 @@ from rayspec.store import ParquetTrialStore  # noqa: E402
 from rayspec.testing import SimulatedTrials  # noqa: E402
 from rayspec.testing import SlottedTrials  # noqa: E402
 from rayspec.tune import run_study  # noqa: E402
+from rayspec.tune._tiers import adaptive_tiers  # noqa: E402
 from rayspec.tune._trial import bench_plan  # noqa: E402
 from rayspec.twin import PerfModel  # noqa: E402
 from rayspec.twin import load_profile  # noqa: E402
@@ -352,6 +363,63 @@ def true_tok_s_at(case: str, candidate: Candidate, concurrency: int) -> float:
 
 
 @functools.cache
+def true_plan_at(case: str, plan: Plan, concurrency: int) -> float:
+    """The noise-free throughput of a plan at one load: its tier's steps as a chain (0: plain
+    decoding) with its NCCL set, every iteration paying adaptive mode's cost (the profile's
+    ``adaptive_ms``), waves of the speculative ``max_running_requests``; as
+    :func:`true_tok_s_at` otherwise. 0 when it never starts."""
+    steps = plan.steps_at(concurrency)
+    spec = (
+        SpecSettings(plan.algorithm, steps, 1, steps + 1, overlap=plan.overlap) if steps else None
+    )
+    cfg = truth_config(case)
+    profile = load_profile(cfg.server.twin.profile)
+    candidate = Candidate(nccl_env=plan.nccl_env, spec=spec)
+    try:
+        nccl = resolve_nccl(server_env(cfg, candidate)[0], profile)
+        if nccl.hang:
+            return 0.0
+        model = PerfModel(profile, nccl, spec, adaptive=True)
+        if concurrency == 1:
+            return model.expected_tok_s()
+        cap = _running_cap(case, True)
+        waves = [cap] * (concurrency // cap) + ([concurrency % cap] if concurrency % cap else [])
+        ctx = _ladder_ctx(case, concurrency)
+        return concurrency / sum(1.0 / model.expected_tok_s(b, ctx) for b in waves)
+    except Exception:  # noqa: BLE001 - any model refusal means "cannot run"
+        return 0.0
+
+
+@functools.cache
+def best_plan_at(case: str) -> tuple[tuple[float, ...], Plan]:
+    """The best per-load plan's true value at each load: of every plan (one NCCL behaviour,
+    each load's steps among 0 and the space's chain steps), the one whose values are highest at
+    every load (per NCCL set, each load's best steps; then the set best at most loads, ties by
+    the sum). Also returns that plan."""
+    loads = LADDER_CASES[case]
+    space = SearchSpace.from_config(truth_config(case).search)
+    envs = dict.fromkeys(c.nccl_env for c in ladder_candidates(case))
+    best: tuple[tuple[float, ...], Plan] | None = None
+    for env in envs:
+        tiers = []
+        values = []
+        for c in loads:
+            options = [
+                (true_plan_at(case, Plan(((c, (k,)),), env, "EAGLE3", max(k, 1)), c), k)
+                for k in [0, *space.num_steps]
+            ]
+            value, k = max(options)
+            tiers.append((c, (k,)))
+            values.append(value)
+        start = next((k for _, (k,) in tiers if k > 0), 1)
+        plan = Plan(tuple(tiers), env, "EAGLE3", start)
+        if best is None or sum(values) > sum(best[0]):
+            best = (tuple(values), plan)
+    assert best is not None
+    return best
+
+
+@functools.cache
 def ladder_candidates(case: str) -> tuple[Candidate, ...]:
     """Every speculative setting of the case's space with each distinct NCCL behaviour at
     every payload a ladder load sends (up to the largest load x 16 tokens)."""
@@ -453,6 +521,15 @@ class StudyRun:
     peak: int = 1  # most trials that ran at once
     # A ladder case: per restart count, the true value at each load of the best for that load.
     load_picks: tuple[tuple[float, ...], ...] = ()
+    # A ladder case's plan: per restart count, the true value at each load of the plan built
+    # from the trials so far (empty tuple: none yet); the verified plan's (the study's own
+    # verification trial) true values, the restart that verified it, and the static pick's
+    # true values at each load at the end; whether the report recommended the plan.
+    plan_picks: tuple[tuple[float, ...], ...] = ()
+    verified: tuple[float, ...] = ()
+    verified_at: int = 0
+    static_final: tuple[float, ...] = ()
+    recommended: bool = False
     # A goodput case: whether the final pick truly meets the SLO, and whether it measured so.
     final_meets: bool | None = None
     final_feasible: bool | None = None
@@ -507,6 +584,8 @@ def one_study(
     launches = [r.trial for r in records if r.launched]
     picks: list[float] = []
     load_picks: list[tuple[float, ...]] = []
+    plan_picks: list[tuple[float, ...]] = []
+    loads = LADDER_CASES.get(case, ())
     for n in range(1, budget + 1):
         upto = launches[min(n, len(launches)) - 1] if launches else -1
         subset = [r for r in records if r.trial <= upto]
@@ -516,6 +595,27 @@ def one_study(
         picks.append(case_truth(case, report.best.candidate) if report.best else 0.0)
         if case in LADDER_CASES:
             load_picks.append(ladder_picks(case, report))
+            found = adaptive_tiers(cfg, report)
+            plan_picks.append(
+                tuple(true_plan_at(case, found.plan, c) for c in loads) if found else ()
+            )
+    verified: tuple[float, ...] = ()
+    verified_at, static_final, recommended = 0, (), False
+    plans = [r for r in records if r.role == PLAN_ROLE and r.launched]
+    if plans and case in LADDER_CASES:
+        last = max(plans, key=lambda r: r.trial)
+        checked = Plan.from_json(str(last.params[PLAN_PARAM]))
+        verified = tuple(true_plan_at(case, checked, c) for c in loads)
+        verified_at = int(last.restart or 0)
+        closing = build_report(records, roles, start_noise=cfg.study.start_noise,
+                               equivalent=equivalent)  # fmt: skip
+        if closing.best is not None:
+            static_final = tuple(true_tok_s_at(case, closing.best.candidate, c) for c in loads)
+        verdict = plan_verdict(
+            closing, records, [(f"c{c}", c) for c in loads], objective=cfg.scenarios()[0].name,
+            start_noise=cfg.study.start_noise, equivalent=equivalent,
+        )  # fmt: skip
+        recommended = verdict is not None and verdict.recommended
     final = report.best if case in GOODPUT_CASES and launches else None
     measured = [r for r in records if r.launched]
     runs = [r.result.metrics.get("runs", 0.0) for r in measured]
@@ -524,7 +624,8 @@ def one_study(
         case, strategy, seed, tuple(picks), floor_of(case), len(launches),
         not outcome.stopped.startswith(_BUDGET_SPENT),
         statistics.mean(runs) if runs else 0.0, statistics.mean(bench) if bench else 0.0,
-        time.monotonic() - t0, peak, tuple(load_picks),
+        time.monotonic() - t0, peak, tuple(load_picks), tuple(plan_picks), verified,
+        verified_at, static_final, recommended,
         truly_meets_slo(case, final.candidate) if final else None,
         final.feasible if final else None,
     )  # fmt: skip
@@ -673,6 +774,59 @@ def print_ladder(grouped: dict[tuple[str, str], list[StudyRun]]) -> None:
         for c, opt in zip(loads, opts, strict=True):
             print(f"optimum {case} c{c}: {opt:.2f} tok/s (true, noise-free) at "
                   f"{optimum_at_load(case, c)[1].label()}")  # fmt: skip
+
+
+def print_plan(grouped: dict[tuple[str, str], list[StudyRun]]) -> None:
+    """The multi-load cases' plan table: the verified plan (the study's own verification trial)
+    against the best per-load plan's true value and against the static pick's."""
+    ladders = [(k, v) for k, v in grouped.items() if k[0] in LADDER_CASES]
+    for case in dict.fromkeys(k[0] for k, _ in ladders):
+        loads = LADDER_CASES[case]
+        opts, best = best_plan_at(case)
+        print(f"\nThe plan ({case}): the verified plan (the study's verification trial) against "
+              "the best per-load plan's true value (within 1 % at every load) and the static "
+              "pick's (worse: below it by more than 1 % at some load)")  # fmt: skip
+        head = ("| case | strategy | verified within 1 %: at restart median / p90 | never | "
+                "built within 1 % after: median / never | final | worse than static | "
+                "recommended | recommended and worse | "
+                + " | ".join(f"plan / static c{c}" for c in loads) + " |")  # fmt: skip
+        print(head)
+        print("|" + "---|" * (head.count("|") - 1))
+        for (c_, strategy), studies in ladders:
+            if c_ != case:
+                continue
+            every = range(len(loads))
+            ok = [bool(s.verified) and all(s.verified[j] >= 0.99 * opts[j] for j in every)
+                  for s in studies]  # fmt: skip
+            at = sorted(s.verified_at if good else math.inf
+                        for s, good in zip(studies, ok, strict=True))  # fmt: skip
+            built = []
+            for s in studies:
+                rows = [row if row else (0.0,) * len(loads) for row in s.plan_picks]
+                hit = _first_within(rows, opts, list(every))
+                built.append(hit + 1 if hit is not None else math.inf)  # + its verification
+            worse = [bool(s.verified) and bool(s.static_final)
+                     and any(s.verified[j] < 0.99 * s.static_final[j] for j in every)
+                     for s in studies]  # fmt: skip
+            rec = [s.recommended for s in studies]
+            both = sum(r and w for r, w in zip(rec, worse, strict=True))
+            # The verified plan's true value over the static pick's, per load (median).
+            pairs = [s for s in studies if s.verified and s.static_final]
+            ratios = [
+                f"{statistics.median(s.verified[j] / s.static_final[j] for s in pairs):.3f}"
+                if pairs
+                else "—"
+                for j in every
+            ]
+            n = len(studies)
+            print(f"| {case} | {strategy} | {_n(statistics.median(at))} / {_n(_pct(at, 0.9))} | "
+                  f"{sum(not g for g in ok)}/{n} | {_n(statistics.median(sorted(built)))} / "
+                  f"{sum(math.isinf(b) for b in built)} | {sum(ok)}/{n} | {sum(worse)}/{n} | "
+                  f"{sum(rec)}/{n} | {both}/{n} | " + " | ".join(ratios) + " |")  # fmt: skip
+        for c, opt in zip(loads, opts, strict=True):
+            print(f"best plan {case} c{c}: {opt:.2f} tok/s (true, noise-free, adaptive's cost "
+                  f"included) at {best.steps_at(c)} steps")  # fmt: skip
+        print(f"best plan {case}: {best.candidate().label()}")
 
 
 def print_goodput(grouped: dict[tuple[str, str], list[StudyRun]]) -> None:
@@ -846,6 +1000,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"done in {time.monotonic() - t0:.0f} s\n")
     print_table(summaries, args.budget, args.slots, skipped)
     print_ladder(grouped)
+    print_plan(grouped)
     print_goodput(grouped)
     for error in errors:
         print(f"ERROR {error}")

@@ -115,6 +115,10 @@ class StudyConfig:
     # The accept length your drafter is known to give (e.g. its best chain's): a trial far below
     # it is flagged (a drafter wired to the wrong layers). Empty: judged by the best chain.
     expect_accept_length: float | None = None
+    # With a closed-loop ladder and an SGLang with --speculative-adaptive: server starts of the
+    # per-load plan (adaptive tiers) measured at every load after the search, kept out of the
+    # search's budget (study.max_restarts includes them). 0: no verification.
+    verify_plan: int = 1
 
 
 @dataclass

@@ -104,6 +104,9 @@ class Candidate:
         nccl_env: the NCCL variables that are set, sorted by name (an "unset" choice is absent).
         spec: the speculative settings, or None for no speculation.
         flags: searched server flags as argv pieces, e.g. ``("--mem-fraction-static", "0.85")``.
+        adaptive_tiers: an adaptive plan's tiers, batch size -> candidate steps (written as
+            ``--speculative-adaptive-config``; empty: SGLang's default tiers or no adaptive).
+            Only a plan's verification trial has them: they are not a point of the space.
         scheduler: searched scheduler knobs (``search.scheduler``), sorted by name, e.g.
             ``(("max_running_requests", 64),)``; a knob left out runs the server's value.
     """
@@ -111,6 +114,7 @@ class Candidate:
     nccl_env: tuple[tuple[str, str], ...] = ()
     spec: SpecSettings | None = None
     flags: tuple[str, ...] = ()
+    adaptive_tiers: tuple[tuple[int, tuple[int, ...]], ...] = ()
     scheduler: tuple[tuple[str, int], ...] = ()
 
     @property
@@ -133,6 +137,11 @@ class Candidate:
         nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in self.nccl_env)
         nccl = nccl or "NCCL default"
         flags = " " + " ".join(self.flags) if self.flags else ""
+        if self.adaptive_tiers:
+            tiers = " ".join(
+                f"{bs}:{','.join(map(str, steps))}" for bs, steps in self.adaptive_tiers
+            )
+            spec = f"{spec}, tiers {tiers}"
         flags += "".join(f" {_KNOB_LABELS.get(k, k)}={v}" for k, v in self.scheduler)
         # One line whatever a value holds: labels go into progress lines and best.sh comments.
         return one_line(f"{spec}; {nccl}{flags}")
@@ -151,6 +160,9 @@ class LaunchSpec:
         log_path: file that receives the server's stdout and stderr.
         startup_timeout_s: how long readiness may take.
         engine: "sglang" or "twin"; recorded in every output.
+        files: (flag, text) pairs: files the node writes before it starts the server, each
+            passed as ``flag PATH`` after argv (``rayspec.server.with_files``), so a file's
+            content never travels in a shell line (the adaptive tiers of a plan's trial).
     """
 
     argv: tuple[str, ...]
@@ -161,6 +173,7 @@ class LaunchSpec:
     startup_timeout_s: float
     engine: str
     unset_env: tuple[str, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def base_url(self) -> str:

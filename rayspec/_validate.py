@@ -298,6 +298,8 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("study.pick_margin", f"{s.pick_margin} must be in [0, 1)")
     if s.prune_min_runs < 1:
         raise _fail("study.prune_min_runs", "must be at least 1")
+    if not 0 <= s.verify_plan <= 5:
+        raise _fail("study.verify_plan", f"{s.verify_plan} must be in [0, 5], e.g. 1")
     if cfg.cluster.max_concurrent_trials < 0:
         raise _fail("cluster.max_concurrent_trials", "must be 0 (auto) or more")
     if cfg.cluster.placement_timeout_s < 0:

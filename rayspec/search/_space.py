@@ -489,4 +489,6 @@ def canonical_key(candidate: Candidate) -> str:
     }  # fmt: skip
     if candidate.scheduler:  # absent when not searched: keys written before the knobs match
         doc["scheduler"] = sorted(effective_knobs(candidate.knobs).items())
+    if candidate.adaptive_tiers:  # a plan: its tiers are part of what runs
+        doc["tiers"] = [[bs, list(steps)] for bs, steps in candidate.adaptive_tiers]
     return json.dumps(doc, sort_keys=True)

@@ -11,6 +11,7 @@ the experiment's fixed flags, NVLink multicast off
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 
 from rayspec._config import Engine
@@ -21,7 +22,22 @@ from rayspec.engines import LaunchArgs
 from rayspec.engines import engine_named
 from rayspec.engines import shell_line
 
-__all__ = ["build_launch", "server_env", "shell_line", "twin_seed"]
+__all__ = [
+    "ADAPTIVE_CONFIG_FLAG",
+    "build_launch",
+    "server_env",
+    "shell_line",
+    "tiers_json",
+    "twin_seed",
+]
+
+ADAPTIVE_CONFIG_FLAG = "--speculative-adaptive-config"
+
+
+def tiers_json(tiers: tuple[tuple[int, tuple[int, ...]], ...]) -> str:
+    """SGLang's adaptive config for ``tiers``: ``{"<batch size>": {"candidate_steps": [...]}}``."""
+    body = {str(bs): {"candidate_steps": list(steps)} for bs, steps in tiers}
+    return json.dumps(body, indent=2) + "\n"
 
 
 def twin_seed(study_seed: int | None, trial: int) -> int:
@@ -123,4 +139,10 @@ def build_launch(
         startup_timeout_s=srv.startup_timeout_s,
         engine=engine.name,
         unset_env=tuple(unset),
+        # A plan's tiers: written on the node, never part of a command line.
+        files=(
+            ((ADAPTIVE_CONFIG_FLAG, tiers_json(candidate.adaptive_tiers)),)
+            if candidate.adaptive_tiers and candidate.spec is not None
+            else ()
+        ),
     )

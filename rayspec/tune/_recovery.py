@@ -21,6 +21,7 @@ from rayspec.results import candidate_reader
 from rayspec.search import StudyHandle
 from rayspec.search import TrialHandle
 from rayspec.search._space import ATTR_QUEUED
+from rayspec.search._study import ATTR_OUTSIDE
 from rayspec.store import ParquetTrialStore
 from rayspec.tune._trial import failed_result
 
@@ -52,14 +53,18 @@ def recover(handle: StudyHandle, store: ParquetTrialStore, printer: Callable[[st
         if row is None:
             # Its configuration as queued (a kill while it was being sampled leaves some
             # parameters only): a row's parameters are always a whole configuration, or none.
-            params = dict(t.attrs.get(ATTR_QUEUED) or t.params)
+            outside = t.attrs.get(ATTR_OUTSIDE)  # a plan's verification: not of the space
+            params = dict(outside or t.attrs.get(ATTR_QUEUED) or t.params)
             try:
-                handle.space.candidate(params) if params else None
+                if not outside:
+                    handle.space.candidate(params) if params else None
             except ConfigError:
                 params = {}
             result = failed_result(
                 t.number,
-                _candidate_of(handle, params),
+                candidate_reader(handle.space)(params)
+                if outside
+                else _candidate_of(handle, params),
                 FailureReason.INTERRUPTED,
                 "the driver stopped while this trial ran; its configuration was queued again",
                 start=t.start_unix_s,
@@ -71,6 +76,10 @@ def recover(handle: StudyHandle, store: ParquetTrialStore, printer: Callable[[st
                 repeat_of=int(repeat) if repeat is not None else None,
             ))  # fmt: skip
             stored[t.number] = result
+        if t.attrs.get(ATTR_OUTSIDE):  # run again after the search if still unverified
+            handle.fail(t.number)
+            printer(f"trial {t.number} (the plan's verification) was interrupted: failed")
+            continue
         handle.requeue(t)
         handle.fail(t.number)
         printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")

@@ -152,7 +152,14 @@ class PerfModel:
         ValueError: ``spec`` is not normalised (topk 1 with N ≠ k + 1, or values below 1).
     """
 
-    def __init__(self, profile: Profile, nccl: NcclSetup, spec: SpecSettings | None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        nccl: NcclSetup,
+        spec: SpecSettings | None,
+        *,
+        adaptive: bool = False,
+    ) -> None:
         if spec is not None:
             if spec.num_steps < 1 or spec.eagle_topk < 1 or spec.num_draft_tokens < 1:
                 raise ValueError(f"speculative settings must be >= 1, got {spec}")
@@ -164,6 +171,9 @@ class PerfModel:
         self.profile = profile
         self.nccl = nccl
         self.spec = spec
+        # Under --speculative-adaptive every iteration pays the controller (adaptive_ms), the
+        # tiers' plain decoding too (``with_steps(0)``).
+        self.adaptive = adaptive or (spec is not None and spec.adaptive)
         # Small LRU: one request keeps one ``mult`` for all its cycles.
         self._trees: collections.OrderedDict[float, DraftTree] = collections.OrderedDict()
         self._trees_lock = threading.Lock()
@@ -172,11 +182,11 @@ class PerfModel:
         """The same start drafting a ``steps`` chain (0: plain decoding): adaptive steps."""
         spec = self._require_spec()
         if steps == 0:
-            return PerfModel(self.profile, self.nccl, None)
+            return PerfModel(self.profile, self.nccl, None, adaptive=self.adaptive)
         chain = dataclasses.replace(
             spec, num_steps=steps, eagle_topk=1, num_draft_tokens=steps + 1, adaptive=False
         )
-        return PerfModel(self.profile, self.nccl, chain)
+        return PerfModel(self.profile, self.nccl, chain, adaptive=self.adaptive)
 
     # ---------------------------------------------------------------- forward pass
 
@@ -268,11 +278,14 @@ class PerfModel:
             DraftTreeError: the draft-token budget does not fit the tree.
         """
         del mult  # cost is independent of acceptance
-        eager = 0.0 if graph else self.eager_ms()
+        # Adaptive mode's controller (adaptive_ms) and eager launches are paid every iteration.
+        extra = (self.profile.speculative.adaptive_ms if self.adaptive else 0.0) + (
+            0.0 if graph else self.eager_ms()
+        )
         if self.spec is None:
-            return self.forward_ms(batch, batch, ctx) + eager
+            return self.forward_ms(batch, batch, ctx) + extra
         self._check_tree()
-        return self.verify_ms(batch, ctx) + self.draft_ms(batch) + eager
+        return self.verify_ms(batch, ctx) + self.draft_ms(batch) + extra
 
     # --------------------------------------------------------------- acceptance
 
