@@ -9,7 +9,10 @@ role ``plan`` and one parameter, ``plan`` (this JSON), so a study folder says wh
 each with its 95 % interval: its runs' spread (``tok_s_std`` over ``runs``) and one start's
 offset (``study.start_noise``) per server start, pooled over the starts. The rule
 (:func:`recommend`): the plan is recommended only where it is not slower than the static pick at
-any load by more than the noise of the difference (1.96 sd of plan - static).
+any load by more than the noise of the difference (1.96 sd of plan - static), by its own
+verification or by the search's starts of the setting it runs at that load (a chain, or no
+speculation, with its NCCL set): one lucky verification start does not outweigh several starts
+that measured the plan's chain slower than the pick's tree.
 
 Pure: reads stored records, never a file.
 """
@@ -168,6 +171,11 @@ class LoadCheck:
         steps: the plan's steps at this load.
         plan, static, off: the three figures (tok/s, 95 % half-width).
         noise: 1.96 sd of plan - static.
+        searched: the plan's setting at this load (its steps as a static chain, or no
+            speculation, with the plan's NCCL set) as the search measured it: more starts than
+            the verification's, so a plan whose single verification start was lucky is still
+            caught where its own setting is known to be slower.
+        searched_noise: 1.96 sd of searched - static.
     """
 
     concurrency: int
@@ -177,17 +185,32 @@ class LoadCheck:
     static: Figure
     off: Figure
     noise: float
+    searched: Figure = _NONE
+    searched_noise: float = math.nan
 
     @property
     def diff(self) -> float:
         return self.plan.mean - self.static.mean
 
     @property
+    def searched_diff(self) -> float:
+        return self.searched.mean - self.static.mean
+
+    @property
+    def searched_worse(self) -> bool:
+        """The plan's setting here, as the search measured it, is slower than the static pick
+        by more than the noise (never when it is the static pick's own starts)."""
+        if not (self.searched.ok and self.static.ok) or self.searched.trials == self.static.trials:
+            return False
+        return self.searched_diff < -self.searched_noise
+
+    @property
     def worse(self) -> bool:
-        """Slower than the static pick by more than the noise (unmeasured counts as worse)."""
+        """Slower than the static pick by more than the noise, by the verification or by the
+        search's own starts of the plan's setting (unmeasured counts as worse)."""
         if not (self.plan.ok and self.static.ok):
             return not self.plan.ok
-        return self.diff < -self.noise
+        return self.diff < -self.noise or self.searched_worse
 
     @property
     def better(self) -> bool:
@@ -232,12 +255,7 @@ def recommend(loads: Sequence[LoadCheck], same_as_static: bool = False) -> tuple
         )
     worse = [c for c in loads if c.worse]
     if worse:
-        where = ", ".join(
-            f"concurrency {c.concurrency} ({c.diff:+.1f} tok/s, noise ±{c.noise:.1f})"
-            if c.plan.ok
-            else f"concurrency {c.concurrency} (not measured)"
-            for c in worse
-        )
+        where = ", ".join(_where(c) for c in worse)
         return False, (
             f"not recommended: slower than the static pick beyond the noise at {where}; "
             "deploy the static pick"
@@ -256,6 +274,17 @@ def recommend(loads: Sequence[LoadCheck], same_as_static: bool = False) -> tuple
         )
     return True, (
         "recommended, for no measured gain: within the noise of the static pick at every load"
+    )
+
+
+def _where(c: LoadCheck) -> str:
+    if not c.plan.ok:
+        return f"concurrency {c.concurrency} (not measured)"
+    if c.diff < -c.noise:
+        return f"concurrency {c.concurrency} ({c.diff:+.1f} tok/s, noise ±{c.noise:.1f})"
+    return (
+        f"concurrency {c.concurrency} (its setting as the search measured it: "
+        f"{c.searched_diff:+.1f} tok/s, noise ±{c.searched_noise:.1f})"
     )
 
 
@@ -299,12 +328,45 @@ def plan_verdict(
         ]
         off = max((f for f in offs if f.ok), key=lambda f: f.mean, default=_NONE)
         half = math.sqrt(p.half**2 + s.half**2) if p.ok and s.ok else math.nan
-        checks.append(
-            LoadCheck(concurrency, scenario, plan.steps_at(concurrency), p, s, off, half)
-        )
+        steps = plan.steps_at(concurrency)
+        own = [
+            by_trial[t]
+            for row in report.rows
+            if _runs_setting(row.candidate, plan, steps, equivalent)
+            for t in row.trials
+        ]
+        q = figure(own, key, start_noise)
+        q_half = math.sqrt(q.half**2 + s.half**2) if q.ok and s.ok else math.nan
+        checks.append(LoadCheck(concurrency, scenario, steps, p, s, off, half, q, q_half))
     cost = _cost(plan, report, checks, equivalent)
     ok, why = recommend(checks, same_as_static=len(cost) == len(checks))
     return PlanVerdict(plan, tuple(r.trial for r in mine), tuple(checks), ok, why, cost)
+
+
+def _runs_setting(
+    candidate: Candidate, plan: Plan, steps: int, equivalent: Equivalence | None
+) -> bool:
+    """Whether a static row runs what the plan runs at a load of ``steps``: that chain (or no
+    speculation at 0) with the plan's NCCL set (or one of its screen class)."""
+    if candidate.server_settings or candidate.adaptive_tiers or candidate.flags:
+        return False
+    same_nccl = (
+        candidate.nccl_env == plan.nccl_env
+        if equivalent is None
+        else equivalent(candidate.nccl_env) == equivalent(plan.nccl_env)
+    )
+    spec = candidate.spec
+    if spec is None:
+        return same_nccl and steps == 0
+    return (
+        same_nccl
+        and steps > 0
+        and spec.eagle_topk == 1
+        and not spec.adaptive
+        and spec.num_steps == steps
+        and spec.algorithm == plan.algorithm
+        and spec.overlap == plan.overlap
+    )
 
 
 def _cost(

@@ -126,3 +126,36 @@ def test_adaptives_cost_is_read_where_the_nccl_set_is_of_the_picks_screen_class(
                              equivalent=lambda env: "all")  # fmt: skip
     assert one_class is not None and [load for load, _, _ in one_class.cost] == [1]
     assert one_class.cost[0][1] == pytest.approx(1.0)
+
+
+def test_a_lucky_verification_start_does_not_hide_a_setting_the_search_measured_slower() -> None:
+    # The static pick is a tree at one stream; the plan can only run the chain there, which the
+    # search started three times at 6 % below the tree. One verification start lands within the
+    # noise of the tree (lucky): the search's own starts of the chain still rule the plan out.
+    import dataclasses
+
+    tree = Candidate(nccl_env=NCCL, spec=SpecSettings("EAGLE3", 2, 4, 6))
+    plan = _plan((2, 0))
+
+    def starts(first: int, cand: Candidate, c1: float, c16: float, key: str) -> list[TrialRecord]:
+        return [
+            dataclasses.replace(_record(first + i, cand, c1 + i * 0.2, c16), candidate_key=key)
+            for i in range(3)
+        ]
+
+    records = [
+        _record(0, Candidate(), 60.0, 700.0, role="baseline"),
+        *starts(1, tree, 100.0, 500.0, "tree"),
+        *starts(4, Candidate(nccl_env=NCCL, spec=CHAIN), 94.0, 560.0, "chain"),
+        *starts(7, Candidate(nccl_env=NCCL), 60.0, 720.0, "off"),
+        _record(10, plan.candidate(), 99.0, 715.0, role=PLAN_ROLE,
+                params={PLAN_PARAM: plan.to_json()}),
+    ]  # fmt: skip
+    report = build_report(records, {r.trial: r.role for r in records if r.role})
+    assert report.best is not None and report.best.candidate == tree
+    verdict = plan_verdict(report, records, LOADS, objective="c1", start_noise=0.01)
+    assert verdict is not None
+    c1, c16 = verdict.loads
+    assert c1.diff > -c1.noise  # the verification alone would pass it
+    assert c1.searched_worse and c1.worse and not c16.worse and c16.better
+    assert not verdict.recommended and "as the search measured it" in verdict.why
