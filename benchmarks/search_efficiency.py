@@ -39,6 +39,15 @@ set, adaptive's ``adaptive_ms`` on every iteration) against the best per-load pl
 trials so far is within 1 % (+1 for its verification), seeds where the verified plan is truly
 more than 1 % below the static pick at some load, and where the report recommended it anyway.
 
+A mixed-category case, ``field/mixed`` (not in the default ``--cases``): the ``field/ladder``
+case with ``bench.prompts: mixed`` (code / math / chat / long-form, each prompt sent with its
+category; the twin scales a request's acceptance by ``drafter.category_mult``). Its truth is the
+mix's (:func:`mixed_tok_s`): at concurrency 1 the mean of the per-request rates over the set's
+prompts (the objective is the mean over runs of one request), under load one wave of the
+engine's shared cycles in which each request emits its category's accept length a cycle and the
+batch shrinks as the high-acceptance requests finish. Noise-free in-process runs lie below it
+as the ladder's do below its truth (the mix's ratio to the ladder's within 1-2 %).
+
 A goodput case, ``field/goodput`` (not in the default ``--cases``): the same ladder with
 ``study.objective: goodput`` at concurrency 32 under ``study.slo`` (TTFT p99 1000 ms, per-request
 gap p99 34 ms). Its truth is the true goodput at c32 (:func:`true_goodput`): the noise-free
