@@ -39,6 +39,15 @@ set, adaptive's ``adaptive_ms`` on every iteration) against the best per-load pl
 trials so far is within 1 % (+1 for its verification), seeds where the verified plan is truly
 more than 1 % below the static pick at some load, and where the report recommended it anyway.
 
+A mixed-category case, ``field/mixed`` (not in the default ``--cases``): the ``field/ladder``
+case with ``bench.prompts: mixed`` (code / math / chat / long-form, each prompt sent with its
+category; the twin scales a request's acceptance by ``drafter.category_mult``). Its truth is the
+mix's (:func:`mixed_tok_s`): at concurrency 1 the mean of the per-request rates over the set's
+prompts (the objective is the mean over runs of one request), under load one wave of the
+engine's shared cycles in which each request emits its category's accept length a cycle and the
+batch shrinks as the high-acceptance requests finish. Noise-free in-process runs lie below it
+as the ladder's do below its truth (the mix's ratio to the ladder's within 1-2 %).
+
 A goodput case, ``field/goodput`` (not in the default ``--cases``): the same ladder with
 ``study.objective: goodput`` at concurrency 32 under ``study.slo`` (TTFT p99 1000 ms, per-request
 gap p99 34 ms). Its truth is the true goodput at c32 (:func:`true_goodput`): the noise-free
@@ -117,6 +126,7 @@ from rayspec._config import ExperimentConfig  # noqa: E402
 from rayspec._config import load_config  # noqa: E402
 from rayspec._types import Candidate  # noqa: E402
 from rayspec._types import SpecSettings  # noqa: E402
+from rayspec.bench import load_dataset  # noqa: E402
 from rayspec.bench import request_input  # noqa: E402
 from rayspec.results import PLAN_PARAM  # noqa: E402
 from rayspec.results import PLAN_ROLE  # noqa: E402
@@ -193,8 +203,13 @@ LADDER_SCENARIOS = (
     )
     + "]"
 )
-LADDER_CASES = {"field/ladder": LADDER}
+LADDER_CASES = {"field/ladder": LADDER, "field/mixed": LADDER}
 CASES.update({"field/ladder": [*FIELD_PROTOCOL, LADDER_SCENARIOS]})
+# Mixed-category cases: the ladder on the built-in mixed prompt set (code / math / chat /
+# long-form); the twin scales each request's acceptance by its category's
+# ``drafter.category_mult``, so their truth is the mix's (:func:`mixed_tok_s`).
+MIXED_CASES = frozenset({"field/mixed"})
+CASES.update({"field/mixed": [*FIELD_PROTOCOL, LADDER_SCENARIOS, "bench.prompts=mixed"]})
 # Goodput cases: the ladder with study.objective goodput at one load under an SLO. Their truth
 # is the true goodput at that load (:func:`true_goodput`: the noise-free throughput of a
 # configuration whose noise-free latency meets the SLO, else 0) and their own table counts the
@@ -259,6 +274,9 @@ def optimum_at(case: str) -> tuple[float, Candidate]:
     if case in GOODPUT_CASES:
         return max(((true_goodput(case, c), c) for c in ladder_candidates(case)),
                    key=lambda pair: pair[0])  # fmt: skip
+    if case in MIXED_CASES:
+        return max(((case_truth(case, c), c) for c in ladder_candidates(case)),
+                   key=lambda pair: pair[0])  # fmt: skip
     cfg = truth_config(case)
     profile = load_profile(cfg.server.twin.profile)
     sizes = sorted({t * profile.model.token_bytes for t in range(1, 17)})
@@ -314,6 +332,8 @@ def case_truth(case: str, candidate: Candidate) -> float:
     noise-free decode rate at batch 1 otherwise."""
     if case in GOODPUT_CASES:
         return true_goodput(case, candidate)
+    if case in MIXED_CASES:
+        return true_tok_s_at(case, candidate, 1)
     return true_tok_s(truth_config(case), candidate)
 
 
@@ -348,7 +368,7 @@ def true_tok_s_at(case: str, candidate: Candidate, concurrency: int) -> float:
     (prefill, and the wave's end waiting for its slowest request; docs/twin-model.md)."""
     cfg = truth_config(case)
     base = true_tok_s(cfg, candidate)
-    if concurrency == 1 or base == 0.0:
+    if base == 0.0 or (concurrency == 1 and case not in MIXED_CASES):
         return base
     profile = load_profile(cfg.server.twin.profile)
     cap = _running_cap(case, candidate.spec is not None)
@@ -357,6 +377,8 @@ def true_tok_s_at(case: str, candidate: Candidate, concurrency: int) -> float:
     try:
         nccl = resolve_nccl(server_env(cfg, candidate)[0], profile)
         model = PerfModel(profile, nccl, candidate.spec)
+        if case in MIXED_CASES:
+            return mixed_tok_s(case, model, concurrency, cap)
         return concurrency / sum(1.0 / model.expected_tok_s(b, ctx) for b in waves)
     except Exception:  # noqa: BLE001 - any model refusal means "cannot run"
         return 0.0
@@ -380,6 +402,8 @@ def true_plan_at(case: str, plan: Plan, concurrency: int) -> float:
         if nccl.hang:
             return 0.0
         model = PerfModel(profile, nccl, spec, adaptive=True)
+        if case in MIXED_CASES:
+            return mixed_tok_s(case, model, concurrency, _running_cap(case, True))
         if concurrency == 1:
             return model.expected_tok_s()
         cap = _running_cap(case, True)
@@ -388,6 +412,51 @@ def true_plan_at(case: str, plan: Plan, concurrency: int) -> float:
         return concurrency / sum(1.0 / model.expected_tok_s(b, ctx) for b in waves)
     except Exception:  # noqa: BLE001 - any model refusal means "cannot run"
         return 0.0
+
+
+@functools.cache
+def _run_mults(case: str, concurrency: int) -> tuple[float, ...]:
+    """The acceptance multipliers (``drafter.category_mult``) of a ladder scenario's requests:
+    every prompt of the set at concurrency 1 (one request per run, the runs walking the set),
+    run 0's requests in their order under load."""
+    cfg = truth_config(case)
+    drafter = load_profile(cfg.server.twin.profile).drafter
+    scenario = next(s for s in bench_plan(cfg).scenarios if s.name == f"c{concurrency}")
+    if concurrency == 1:
+        return tuple(drafter.mult_for(r.category) for r in load_dataset(scenario.prompt_set))
+    n = scenario.requests_per_run
+    return tuple(drafter.mult_for(request_input(scenario, 0, i).category) for i in range(n))
+
+
+def mixed_tok_s(case: str, model: PerfModel, concurrency: int, cap: int) -> float:
+    """The noise-free throughput of a mixed-category ladder scenario, as the client measures
+    it. At concurrency 1 a run is one request: the objective (the mean over runs) is the mean
+    of the per-request rates ``1000 L(m) / step_ms(1)``, each prompt of the set once. Under
+    load one closed-loop wave: the twin's engine runs every running request in one cycle of
+    ``step_ms(B, ctx)`` (its cost does not depend on acceptance) and each request emits
+    ``L(m)`` tokens a cycle, so a request needs ``tokens / L(m)`` cycles; requests of a
+    high-acceptance category finish first and the batch shrinks (queued requests take freed
+    slots, at most ``cap`` running). The run's tokens over that time (mean context as
+    :func:`true_tok_s_at`)."""
+    mults = _run_mults(case, concurrency)
+    if concurrency == 1:
+        return statistics.mean(1000.0 * model.expected_accept_length(m) for m in mults) / (
+            model.step_ms(1)
+        )
+    tokens = next(
+        s.max_tokens for s in bench_plan(truth_config(case)).scenarios
+        if s.name == f"c{concurrency}"
+    )  # fmt: skip
+    ctx = _ladder_ctx(case, concurrency)
+    need = [tokens / model.expected_accept_length(m) for m in mults]  # cycles per request
+    queue, running, clock = list(need), [], 0.0
+    while queue or running:
+        while queue and len(running) < cap:
+            running.append(queue.pop(0))
+        step = min(running)  # cycles until the next request finishes
+        clock += step * model.step_ms(len(running), ctx)
+        running = [r - step for r in running if r - step > 1e-9]
+    return 1000.0 * tokens * len(need) / clock
 
 
 @functools.cache
