@@ -15,6 +15,7 @@ from rayspec import SpecSettings
 from rayspec import TrialRecord
 from rayspec import TrialResult
 from rayspec._types import TrialState
+from rayspec.report._load import StudyData
 from rayspec.report._load import load_study_folder
 from rayspec.report._markdown import pareto_table
 from rayspec.report._markdown import render
@@ -78,15 +79,7 @@ def test_the_report_marks_the_front_over_configurations_and_loads(tmp_path) -> N
         (_trial(1, SpecSettings("EAGLE3", 3, 1, 4), (92.0, 95.0), (380.0, 50.0), 0.2), ""),
         (_trial(2, SpecSettings("EAGLE3", 2, 4, 6), (90.0, 93.0), (450.0, 45.0), -0.1), ""),
     ]
-    space = SearchSpace(modes=("off", "EAGLE3"), num_steps=(2, 3), eagle_topk=(1, 4),
-                        num_draft_tokens=(4, 6), nccl=(), flags=())  # fmt: skip
-    save_space(root, space)
-    for restart, (result, role) in enumerate(trials, 1):
-        assert result.value is not None
-        store.append_trial(TrialRecord(result, params=space.params_of(result.candidate),
-                                       role=role, restart=restart,
-                                       run_values=(result.value,)))  # fmt: skip
-    data = load_study_folder(root)
+    data = _stored(root, store, trials)
     rows = [line.split(" | ") for line in pareto_table(data)[2:]]
     marked = {(r[0].strip("| "), r[2].split(" ")[0]) for r in rows if "**front**" in r[5]}
     # Trial 1 at batch 1 (the fastest user), trial 2 at c8 (the most per GPU),
@@ -112,15 +105,7 @@ def test_feasible_means_the_objective_scenario(tmp_path) -> None:
         (_trial(1, SpecSettings("EAGLE3", 3, 1, 4), (92.0, 95.0), (380.0, 50.0), 0.2, -0.3), ""),
         (_trial(2, SpecSettings("EAGLE3", 2, 4, 6), (90.0, 93.0), (450.0, 45.0), -0.1, 0.4), ""),
     ]
-    space = SearchSpace(modes=("off", "EAGLE3"), num_steps=(2, 3), eagle_topk=(1, 4),
-                        num_draft_tokens=(4, 6), nccl=(), flags=())  # fmt: skip
-    save_space(root, space)
-    for restart, (result, role) in enumerate(trials, 1):
-        assert result.value is not None
-        store.append_trial(TrialRecord(result, params=space.params_of(result.candidate),
-                                       role=role, restart=restart,
-                                       run_values=(result.value,)))  # fmt: skip
-    data = load_study_folder(root)
+    data = _stored(root, store, trials)
     best = data.report.best
     assert best is not None and best.trials == (2,) and best.feasible
     rows = [line.split(" | ") for line in pareto_table(data)[2:]]
@@ -141,3 +126,16 @@ def test_the_plot_reads_the_points_from_the_pure_module() -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "rayspec.report._markdown" not in imported
     assert "rayspec.results" in imported
+
+
+def _stored(root: str, store: ParquetTrialStore, trials: list) -> StudyData:  # type: ignore[type-arg]
+    """Write ``trials`` ((result, role) in restart order) with their space; load the folder."""
+    space = SearchSpace(modes=("off", "EAGLE3"), num_steps=(2, 3), eagle_topk=(1, 4),
+                        num_draft_tokens=(4, 6), nccl=(), flags=())  # fmt: skip
+    save_space(root, space)
+    for restart, (result, role) in enumerate(trials, 1):
+        assert result.value is not None
+        store.append_trial(TrialRecord(result, params=space.params_of(result.candidate),
+                                       role=role, restart=restart,
+                                       run_values=(result.value,)))  # fmt: skip
+    return load_study_folder(root)
