@@ -383,6 +383,10 @@ class StudyRun:
     peak: int = 1  # most trials that ran at once
     # A ladder case: per restart count, the true value at each load of the best for that load.
     load_picks: tuple[tuple[float, ...], ...] = ()
+    # Per launch, in order: (label, true tok/s, measured mean tok/s, the search's reason); and
+    # the final pick's label.
+    launched: tuple[tuple[str, float, float, str], ...] = ()
+    final_label: str = ""
 
 
 def one_study(
@@ -444,13 +448,18 @@ def one_study(
         if case in LADDER_CASES:
             load_picks.append(ladder_picks(case, report))
     measured = [r for r in records if r.launched]
+    trace = tuple((r.candidate.label(), true_tok_s(truth, r.candidate),
+                   statistics.mean(r.run_values) if r.run_values else 0.0, r.reason or r.role)
+                  for r in measured)  # fmt: skip
+    final = build_report(records, roles, start_noise=cfg.study.start_noise, equivalent=equivalent)
+    final_label = final.best.candidate.label() if final.best else ""
     runs = [r.result.metrics.get("runs", 0.0) for r in measured]
     bench = [r.result.metrics.get("bench_s", 0.0) for r in measured]
     return StudyRun(
         case, strategy, seed, tuple(picks), floor_of(case), len(launches),
         not outcome.stopped.startswith(_BUDGET_SPENT),
         statistics.mean(runs) if runs else 0.0, statistics.mean(bench) if bench else 0.0,
-        time.monotonic() - t0, peak, tuple(load_picks),
+        time.monotonic() - t0, peak, tuple(load_picks), trace, final_label,
     )  # fmt: skip
 
 
@@ -549,6 +558,25 @@ def print_table(
         value, best = optimum_at(case)
         print(f"optimum {case}: {value:.2f} tok/s (true, noise-free) at {best.label()}; "
               f"floor {floor_of(case):.2f}")  # fmt: skip
+
+
+def print_per_seed(grouped: dict[tuple[str, str], list[StudyRun]]) -> None:
+    """Each study's launches and final pick: for a pick outside 1 %, whether the optimum (or
+    anything within 1 %) was measured, and when."""
+    for (case, strategy), studies in grouped.items():
+        opt, best = optimum_at(case)
+        for s in sorted(studies, key=lambda s: s.seed):
+            near = [i + 1 for i, (_, v, _, _) in enumerate(s.launched) if v >= 0.99 * opt]
+            mark = "ok " if s.picks[-1] >= 0.99 * opt else "MISS"
+            final = 100 * s.picks[-1] / opt
+            print(f"\n{mark} {case} {strategy} seed {s.seed}: final {final:.1f} % "
+                  f"({s.final_label}), {s.used} restarts; within 1 % measured at restarts "
+                  f"{near or 'never'}; optimum {best.label()}")  # fmt: skip
+            if mark == "ok ":
+                continue
+            for i, (label, value, seen, reason) in enumerate(s.launched, 1):
+                print(f"  {i:2d} true {100 * value / opt:5.1f} % "
+                      f"measured {100 * seen / opt:5.1f} % {label}  [{reason}]")  # fmt: skip
 
 
 def _first_within(
@@ -676,6 +704,14 @@ def parser() -> argparse.ArgumentParser:
         "--confirm", action="store_true", help="also run one study through the HTTP twin"
     )
     p.add_argument("--confirm-budget", type=int, default=12)
+    p.add_argument(
+        "--seed-list", default="",
+        help="run these seeds (comma-separated) instead of 0..--seeds-1",
+    )  # fmt: skip
+    p.add_argument(
+        "--per-seed", action="store_true",
+        help="print each study's launches (true value, reason) and why its final pick misses",
+    )  # fmt: skip
     return p
 
 
@@ -686,13 +722,15 @@ def plan(
     budget: int,
     slots: int = 1,
     noise: tuple[float, float] = (1.0, 1.0),
+    seed_list: Sequence[int] = (),
 ) -> tuple[list[Task], tuple[tuple[str, str], ...]]:
     """The studies to run, and the (case, strategy) pairs left out: a strategy that walks the
     whole space is not run on the full space."""
     skipped = tuple((c, st) for c in cases for st in strategies
                     if st in WALKS_THE_SPACE and FULL_SPACE in CASES[c])  # fmt: skip
     tasks = [(c, st, seed, budget, slots, noise) for c in cases for st in strategies
-             if (c, st) not in skipped for seed in range(seeds)]  # fmt: skip
+             if (c, st) not in skipped
+             for seed in (seed_list or range(seeds))]  # fmt: skip
     return tasks, skipped
 
 
@@ -719,7 +757,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {flag} must be a number >= 0, got {value:g}", file=sys.stderr)
             return 2
     noise = (args.start_noise_scale, args.noise_scale)
-    tasks, skipped = plan(cases, strategies, args.seeds, args.budget, args.slots, noise)
+    seed_list = [int(x) for x in args.seed_list.split(",") if x.strip()]
+    tasks, skipped = plan(cases, strategies, args.seeds, args.budget, args.slots, noise, seed_list)
     t0 = time.monotonic()
     scaled = "" if noise == (1.0, 1.0) else (
         f", noise x{args.noise_scale:g}, start noise x{args.start_noise_scale:g} on top"
@@ -741,6 +780,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"done in {time.monotonic() - t0:.0f} s\n")
     print_table(summaries, args.budget, args.slots, skipped)
     print_ladder(grouped)
+    if args.per_seed:
+        print_per_seed(grouped)
     for error in errors:
         print(f"ERROR {error}")
     if args.confirm:

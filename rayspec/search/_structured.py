@@ -116,6 +116,12 @@ _MODEL_GAIN = 1.01
 # restart).
 _MODEL_SD = 0.03
 _MODEL_SKIP = 0.05
+# The split model's level errs by a few % (it is fitted to a few lucky or unlucky starts), but
+# its ratio of two settings of one kind (two trees, two chains) errs by well under 1 % on the
+# twin's nodes (two chains and one tree of the field node: 2-token trees 0.5 % apart, nvlink's
+# 1-2 %): pooled at this sd into a rival's gap to the pick (its chance to beat it), it restarts
+# a setting measured once on an unlucky start that the model puts above a lucky pick.
+_MODEL_REL_SD = 0.01
 
 
 @dataclass(frozen=True)
@@ -655,6 +661,9 @@ class StructuredSearch(Strategy):
         (the pick) by more than ``band``: the measured configurations below ``max_starts``
         and the unmeasured neighbours of the best few speculative ones."""
         out: list[_Rival] = []
+        model = self.online_model(view)
+        if model is not None and not model.costs.split:
+            model = None  # a tree's lower bound is no prediction of a neighbour
         for p in view.points.values():
             # A pruned start is evidence, not a verdict: a point with only pruned starts may
             # still be started again if it could beat the pick.
@@ -664,16 +673,13 @@ class StructuredSearch(Strategy):
                 continue
             proposal = Proposal(p.candidate, f"re-measure a contender (trial {p.trials[0]})",
                                 repeat_of=p.trials[0])  # fmt: skip
-            risk = prob_better(p.estimate, ref.estimate, margin=self.band)
+            risk = self._risk(p.estimate, p.candidate, ref, model, view)
             out.append(_Rival(risk, proposal, p, f"trial {p.trials[0]}"))
         specs, _ = feasible_only(
             [p for p in view.points.values() if p.candidate.spec is not None and p.complete]
         )
         specs.sort(key=lambda p: -p.estimate.log_mean)
         seen: set[str] = set()
-        model = self.online_model(view)
-        if model is not None and not model.costs.split:
-            model = None  # a tree's lower bound is no prediction of a neighbour
         for p in specs[:_EXPLORE_AROUND]:
             assert p.candidate.spec is not None
             for nb in self._neighbours(p.candidate.spec):
@@ -687,7 +693,11 @@ class StructuredSearch(Strategy):
                     e = p.estimate
                     predicted = Estimate(e.mean, math.hypot(e.sd, _NEIGHBOUR_SD), 0, 0, e.within)
                 tok_s = model.predict(nb) if model is not None else None
-                if tok_s is not None and tok_s > 0:
+                if (
+                    tok_s is not None
+                    and tok_s > 0
+                    and self._model_ratio(cand, ref, model, view) is None
+                ):
                     predicted = _pooled(predicted, tok_s, _MODEL_SD)
                 what = (
                     f"{plural(nb.num_steps, 'step')}, topk {nb.eagle_topk}, "
@@ -695,10 +705,51 @@ class StructuredSearch(Strategy):
                 )
                 what += "" if nb.overlap else ", overlap off"
                 what = nb.label() if nb.adaptive else what
-                risk = prob_better(predicted, ref.estimate, margin=self.band)
+                risk = self._risk(predicted, cand, ref, model, view)
                 proposal = Proposal(cand, f"explore next to the best: {what}")
                 out.append(_Rival(risk, proposal, None, what))
         return out
+
+    def _model_ratio(
+        self, cand: Candidate, ref: Point, model: OnlineModel | None, view: _View
+    ) -> float | None:
+        """The split model's log ratio of ``cand`` to the pick, where it predicts both at the
+        NCCL class it was fitted at (None elsewhere)."""
+        if model is None or cand.spec is None or ref.candidate.spec is None:
+            return None
+        if (cand.spec.eagle_topk == 1) != (ref.candidate.spec.eagle_topk == 1):
+            return None  # a chain against a tree rests on the fitted tree shape: less sure
+        tok: list[float] = []
+        for c in (cand, ref.candidate):
+            if c.spec is None or c.flags:
+                return None
+            if not self._same_class(
+                c.nccl_env, self.nccl_for(c.spec, view.banned, view.fallback_nccl)
+            ):
+                return None
+            t = model.predict(c.spec)
+            if t is None or t <= 0:
+                return None
+            tok.append(t)
+        return math.log(tok[0] / tok[1])
+
+    def _risk(
+        self, est: Estimate, cand: Candidate, ref: Point, model: OnlineModel | None, view: _View
+    ) -> float:
+        """P(``cand`` beats the pick by more than ``band``): the measured (or surface) gap,
+        pooled with the split model's predicted gap (sd ``_MODEL_REL_SD``) where it predicts
+        both. The model's level errs by a few % but cancels in a ratio of neighbours, so it
+        restarts a setting measured once on an unlucky start that it puts above a lucky pick."""
+        gap = est.log_mean - ref.estimate.log_mean
+        var = est.sd**2 + ref.estimate.sd**2
+        ratio = self._model_ratio(cand, ref, model, view)
+        if ratio is not None:
+            w, wm = 1.0 / max(var, 1e-12), 1.0 / _MODEL_REL_SD**2
+            gap, var = (w * gap + wm * ratio) / (w + wm), 1.0 / (w + wm)
+        diff = gap - math.log1p(self.band)
+        if var <= 0:
+            return 1.0 if diff > 0 else 0.0
+        return 0.5 * math.erfc(-diff / math.sqrt(2.0 * var))
 
     def stop_reason(self, observations: Sequence[Observation]) -> str:
         """Why the search is done, with the number it stopped on."""
