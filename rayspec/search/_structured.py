@@ -11,8 +11,11 @@ the problem says the answer is (the README's *How it searches*):
    cycle cost, fitted from every start's accept histogram and rate, propose the setting it
    predicts best while that is unmeasured (the measurement decides; one chain predicts chains
    on a prior cost slope, two chains trees too, on an even split of it); once a tree split
-   the cost, a ladder's rung it puts more than 5 % below the best is skipped, and its
-   prediction informs the unmeasured neighbours' chances. This goes before settling a duel
+   the cost, a ladder's rung it puts more than 5 % below the best is skipped, its
+   prediction informs the unmeasured neighbours' chances, and its ratio of a rival to the pick
+   (two trees or two chains) is pooled into every rival's chance to beat the pick, so a
+   setting measured once on an unlucky start that it puts above a lucky pick is started again
+   (trusted less where the measured settings scatter about it). This goes before settling a duel
    for the pick, which a setting predicted better than both would end; and when the first chain
    barely beats no speculation, no speculation with the screened NCCL set is measured at once.
    Chains, trees and the rest below fill in around it.
@@ -664,6 +667,7 @@ class StructuredSearch(Strategy):
         model = self.online_model(view)
         if model is not None and not model.costs.split:
             model = None  # a tree's lower bound is no prediction of a neighbour
+        rel_sd = self._model_scatter(model, view)
         for p in view.points.values():
             # A pruned start is evidence, not a verdict: a point with only pruned starts may
             # still be started again if it could beat the pick.
@@ -673,7 +677,7 @@ class StructuredSearch(Strategy):
                 continue
             proposal = Proposal(p.candidate, f"re-measure a contender (trial {p.trials[0]})",
                                 repeat_of=p.trials[0])  # fmt: skip
-            risk = self._risk(p.estimate, p.candidate, ref, model, view)
+            risk = self._risk(p.estimate, p.candidate, ref, model, view, rel_sd)
             out.append(_Rival(risk, proposal, p, f"trial {p.trials[0]}"))
         specs, _ = feasible_only(
             [p for p in view.points.values() if p.candidate.spec is not None and p.complete]
@@ -705,7 +709,7 @@ class StructuredSearch(Strategy):
                 )
                 what += "" if nb.overlap else ", overlap off"
                 what = nb.label() if nb.adaptive else what
-                risk = self._risk(predicted, cand, ref, model, view)
+                risk = self._risk(predicted, cand, ref, model, view, rel_sd)
                 proposal = Proposal(cand, f"explore next to the best: {what}")
                 out.append(_Rival(risk, proposal, None, what))
         return out
@@ -733,8 +737,39 @@ class StructuredSearch(Strategy):
             tok.append(t)
         return math.log(tok[0] / tok[1])
 
+    def _model_scatter(self, model: OnlineModel | None, view: _View) -> float:
+        """How far the measured settings sit from the model's ratios: the sd of their log
+        residuals about the model's level (their start noise included, so it errs wide), at
+        least ``_MODEL_REL_SD``. On a node whose starts scatter by 3-5 % (the deep drafter's) the
+        model, fitted to those starts, is trusted that much less."""
+        if model is None:
+            return _MODEL_REL_SD
+        residuals = []
+        for p in view.points.values():
+            spec = p.candidate.spec
+            if spec is None or p.candidate.flags or not p.complete:
+                continue
+            if not self._same_class(
+                p.candidate.nccl_env, self.nccl_for(spec, view.banned, view.fallback_nccl)
+            ):
+                continue
+            t = model.predict(spec)
+            if t is not None and t > 0:
+                residuals.append(p.estimate.log_mean - math.log(t))
+        if len(residuals) < 2:
+            return _MODEL_REL_SD
+        mean = sum(residuals) / len(residuals)
+        var = sum((r - mean) ** 2 for r in residuals) / (len(residuals) - 1)
+        return max(_MODEL_REL_SD, math.sqrt(var))
+
     def _risk(
-        self, est: Estimate, cand: Candidate, ref: Point, model: OnlineModel | None, view: _View
+        self,
+        est: Estimate,
+        cand: Candidate,
+        ref: Point,
+        model: OnlineModel | None,
+        view: _View,
+        rel_sd: float = _MODEL_REL_SD,
     ) -> float:
         """P(``cand`` beats the pick by more than ``band``): the measured (or surface) gap,
         pooled with the split model's predicted gap (sd ``_MODEL_REL_SD``) where it predicts
@@ -744,7 +779,7 @@ class StructuredSearch(Strategy):
         var = est.sd**2 + ref.estimate.sd**2
         ratio = self._model_ratio(cand, ref, model, view)
         if ratio is not None:
-            w, wm = 1.0 / max(var, 1e-12), 1.0 / _MODEL_REL_SD**2
+            w, wm = 1.0 / max(var, 1e-12), 1.0 / rel_sd**2
             gap, var = (w * gap + wm * ratio) / (w + wm), 1.0 / (w + wm)
         diff = gap - math.log1p(self.band)
         if var <= 0:
