@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rayspec._exceptions import ConfigError
 from rayspec._schema import ADAPTIVE_SUFFIX
+from rayspec._schema import SCHEDULER_KNOBS
 from rayspec._schema import SPEC_OFF
 from rayspec._schema import UNSET
 from rayspec._schema import BenchApi
@@ -39,6 +40,7 @@ from rayspec._schema import NcclScreenConfig
 from rayspec._schema import OutputConfig
 from rayspec._schema import Sampler
 from rayspec._schema import ScenarioConfig
+from rayspec._schema import SchedulerSpace
 from rayspec._schema import SearchConfig
 from rayspec._schema import ServerConfig
 from rayspec._schema import SpeculativeSpace
@@ -60,9 +62,11 @@ __all__ = [
     "ExperimentConfig",
     "NcclScreenConfig",
     "OutputConfig",
+    "SCHEDULER_KNOBS",
     "SPEC_OFF",
     "Sampler",
     "ScenarioConfig",
+    "SchedulerSpace",
     "SearchConfig",
     "ServerConfig",
     "SpeculativeSpace",

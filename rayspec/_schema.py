@@ -31,8 +31,10 @@ __all__ = [
     "SPEC_MODES",
     "SLO_KEYS",
     "SPEC_OFF",
+    "SCHEDULER_KNOBS",
     "Sampler",
     "ScenarioConfig",
+    "SchedulerSpace",
     "SearchConfig",
     "ServerConfig",
     "SpeculativeSpace",
@@ -113,6 +115,10 @@ class StudyConfig:
     # The accept length your drafter is known to give (e.g. its best chain's): a trial far below
     # it is flagged (a drafter wired to the wrong layers). Empty: judged by the best chain.
     expect_accept_length: float | None = None
+    # With a closed-loop ladder and an SGLang with --speculative-adaptive: server starts of the
+    # per-load plan (adaptive tiers) measured at every load after the search, kept out of the
+    # search's budget (study.max_restarts includes them). 0: no verification.
+    verify_plan: int = 1
 
 
 @dataclass
@@ -199,6 +205,26 @@ class SpeculativeSpace:
     overlap: list[str] = field(default_factory=lambda: ["on"])
 
 
+# search.scheduler's keys: SGLang's scheduler knobs that interact with speculation, each the
+# server flag the candidate's value replaces (docs/sglang.md, *Scheduler knobs*).
+SCHEDULER_KNOBS = ("max_running_requests", "cuda_graph_max_bs", "chunked_prefill_size")
+
+
+@dataclass
+class SchedulerSpace:
+    """SGLang's scheduler knobs to search (an empty list: the server's value, not searched).
+
+    ``max_running_requests`` caps the running batch (the rest queue); ``cuda_graph_max_bs`` is
+    the largest decode batch run as a CUDA graph (larger ones run eagerly; SGLang clamps it to
+    the running cap); ``chunked_prefill_size`` is the most prompt tokens one prefill forward
+    takes (-1: chunking off). A candidate that leaves a knob out runs the server's value.
+    """
+
+    max_running_requests: list[int] = field(default_factory=list)
+    cuda_graph_max_bs: list[int] = field(default_factory=list)
+    chunked_prefill_size: list[int] = field(default_factory=list)
+
+
 @dataclass
 class NcclScreenConfig:
     """The NCCL screen: all-reduce latency of each NCCL set before any restart.
@@ -223,12 +249,14 @@ class SearchConfig:
 
     ``nccl`` maps each searched variable to its values; a file's mapping replaces the default
     (empty) one, so only what the experiment lists is searched. ``flags`` maps a server flag to
-    its choices; a value ``on``/``off`` makes it a switch.
+    its choices; a value ``on``/``off`` makes it a switch. ``scheduler`` lists values of
+    SGLang's scheduler knobs (:class:`SchedulerSpace`).
     """
 
     nccl: dict[str, list[str]] = field(default_factory=dict)
     speculative: SpeculativeSpace = field(default_factory=SpeculativeSpace)
     flags: dict[str, list[str]] = field(default_factory=dict)
+    scheduler: SchedulerSpace = field(default_factory=SchedulerSpace)
     nccl_screen: NcclScreenConfig = field(default_factory=NcclScreenConfig)
 
 

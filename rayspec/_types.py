@@ -88,6 +88,14 @@ class SpecSettings:
         return text if self.overlap else f"{text}, overlap off"
 
 
+# Short names of the scheduler knobs in labels (progress lines, report rows).
+_KNOB_LABELS = {
+    "max_running_requests": "max-running",
+    "cuda_graph_max_bs": "graph-bs",
+    "chunked_prefill_size": "chunk",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     """One point of the search space: what a trial launches.
@@ -96,21 +104,45 @@ class Candidate:
         nccl_env: the NCCL variables that are set, sorted by name (an "unset" choice is absent).
         spec: the speculative settings, or None for no speculation.
         flags: searched server flags as argv pieces, e.g. ``("--mem-fraction-static", "0.85")``.
+        adaptive_tiers: an adaptive plan's tiers, batch size -> candidate steps (written as
+            ``--speculative-adaptive-config``; empty: SGLang's default tiers or no adaptive).
+            Only a plan's verification trial has them: they are not a point of the space.
+        scheduler: searched scheduler knobs (``search.scheduler``), sorted by name, e.g.
+            ``(("max_running_requests", 64),)``; a knob left out runs the server's value.
     """
 
     nccl_env: tuple[tuple[str, str], ...] = ()
     spec: SpecSettings | None = None
     flags: tuple[str, ...] = ()
+    adaptive_tiers: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    scheduler: tuple[tuple[str, int], ...] = ()
 
     @property
     def env(self) -> dict[str, str]:
         return dict(self.nccl_env)
+
+    @property
+    def knobs(self) -> dict[str, int]:
+        """The searched scheduler knobs by name (``max_running_requests`` ...)."""
+        return dict(self.scheduler)
+
+    @property
+    def server_settings(self) -> tuple[str, ...]:
+        """The searched flags and knobs as one identity (``flags`` then ``knob=value``): what
+        a speculative surface holds fixed."""
+        return (*self.flags, *(f"{k}={v}" for k, v in self.scheduler))
 
     def label(self) -> str:
         spec = self.spec.label() if self.spec else "no speculation"
         nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in self.nccl_env)
         nccl = nccl or "NCCL default"
         flags = " " + " ".join(self.flags) if self.flags else ""
+        if self.adaptive_tiers:
+            tiers = " ".join(
+                f"{bs}:{','.join(map(str, steps))}" for bs, steps in self.adaptive_tiers
+            )
+            spec = f"{spec}, tiers {tiers}"
+        flags += "".join(f" {_KNOB_LABELS.get(k, k)}={v}" for k, v in self.scheduler)
         # One line whatever a value holds: labels go into progress lines and best.sh comments.
         return one_line(f"{spec}; {nccl}{flags}")
 
@@ -128,6 +160,9 @@ class LaunchSpec:
         log_path: file that receives the server's stdout and stderr.
         startup_timeout_s: how long readiness may take.
         engine: "sglang" or "twin"; recorded in every output.
+        files: (flag, text) pairs: files the node writes before it starts the server, each
+            passed as ``flag PATH`` after argv (``rayspec.server.with_files``), so a file's
+            content never travels in a shell line (the adaptive tiers of a plan's trial).
     """
 
     argv: tuple[str, ...]
@@ -138,6 +173,7 @@ class LaunchSpec:
     startup_timeout_s: float
     engine: str
     unset_env: tuple[str, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def base_url(self) -> str:
@@ -161,14 +197,17 @@ class LaunchSpec:
 class RequestRecord:
     """One benchmark request as the client saw it.
 
-    Times are client-side (``time.perf_counter`` differences) except the ``*_unix_s`` stamps.
+    Times are client-side (``time.perf_counter`` differences) except the ``*_unix_s`` stamps,
+    or, for a twin study on ``/generate``, on the twin's simulated clock (``ttft_ms``,
+    ``itl_ms``, ``e2e_ms``; see :class:`~rayspec.bench.StreamClient`).
     ``accept_length`` is ``completion_tokens / spec_verify_ct`` of this request: run-scoped,
     not SGLang's lifetime average. ``accept_histogram`` is SGLang's
     ``spec_correct_drafts_histogram`` of this request: element ``i`` counts the verify steps
     that accepted ``i`` drafts (its length is the most accepted, plus one; it sums to
     ``spec_verify_ct``). ``category`` is the prompt's category in its set (``"default"`` for a
-    set without categories). A failed request has ``failure`` (its class) and ``error`` (what
-    happened); either alone is normalised to both at construction.
+    set without categories). ``sim_start_s`` is the arrival of a twin-timed request of a closed
+    loop on that clock (None otherwise). A failed request has ``failure`` (its class) and
+    ``error`` (what happened); either alone is normalised to both at construction.
     """
 
     scenario: str
@@ -188,6 +227,9 @@ class RequestRecord:
     failure: FailureReason | None = None
     accept_histogram: tuple[int, ...] | None = None  # verify steps by drafts accepted
     category: str = DEFAULT_CATEGORY  # the prompt's category in its set (bench.prompts)
+    # Seconds on the twin's simulated clock: under load the run's span is taken from these
+    # (run_tok_s), so a twin run's throughput does not depend on the host's speed.
+    sim_start_s: float | None = None
 
     def __post_init__(self) -> None:
         # Normalise once: the class is typed (text is accepted, as stored), and a message

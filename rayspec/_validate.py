@@ -298,6 +298,8 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("study.pick_margin", f"{s.pick_margin} must be in [0, 1)")
     if s.prune_min_runs < 1:
         raise _fail("study.prune_min_runs", "must be at least 1")
+    if not 0 <= s.verify_plan <= 5:
+        raise _fail("study.verify_plan", f"{s.verify_plan} must be in [0, 5], e.g. 1")
     if cfg.cluster.max_concurrent_trials < 0:
         raise _fail("cluster.max_concurrent_trials", "must be 0 (auto) or more")
     if cfg.cluster.placement_timeout_s < 0:
@@ -499,8 +501,8 @@ def _validate_flags(cfg: ExperimentConfig) -> None:
             if managed:
                 raise _fail(
                     where,
-                    f"{_spelled(flag, managed, label)} is set by rayspec from server.* and "
-                    "search.speculative; set it there instead",
+                    f"{_spelled(flag, managed, label)} is set by rayspec from server.*, "
+                    "search.speculative and search.scheduler; set it there instead",
                 )
             from_file = engine.reads_as(flag, tables.from_file)
             if from_file:
@@ -573,6 +575,49 @@ def _validate_space(cfg: ExperimentConfig) -> None:
         for value in choices:
             if not value or any(c in value for c in "\n\0"):
                 raise _fail(f"search.nccl.{name}", f"choice {value!r} is not a usable value")
+    _validate_scheduler(cfg)
+
+
+def _validate_scheduler(cfg: ExperimentConfig) -> None:
+    """``search.scheduler``: SGLang's rules for its knobs (docs/sglang.md, *Scheduler knobs*)."""
+    sch, srv = cfg.search.scheduler, cfg.server
+    key = "search.scheduler"
+    for value in sch.max_running_requests:
+        if value < 1:
+            raise _fail(f"{key}.max_running_requests", f"{value} must be at least 1")
+    for value in sch.cuda_graph_max_bs:
+        if value < 1:
+            raise _fail(f"{key}.cuda_graph_max_bs", f"{value} must be at least 1")
+    for value in sch.chunked_prefill_size:
+        if value != -1 and value < 1:
+            raise _fail(
+                f"{key}.chunked_prefill_size",
+                f"{value} must be a positive number of tokens, or -1 (chunked prefill off)",
+            )
+    # SGLang captures no graph above the running cap (it clamps to the request pool): such a
+    # value only repeats the capped one.
+    cap = max(sch.max_running_requests or [srv.max_running_requests])
+    where = f"{key}.max_running_requests"
+    if not sch.max_running_requests:
+        where = "server.max_running_requests"
+    for value in sch.cuda_graph_max_bs:
+        if value > cap:
+            raise _fail(
+                f"{key}.cuda_graph_max_bs",
+                f"{value} is above the running cap ({where}: {cap}); SGLang clamps the graph "
+                "to it, so the value only repeats a smaller one",
+            )
+    if sch.chunked_prefill_size:
+        engine = engine_named(srv.engine.value)
+        for where, flags in (("server.extra_flags", srv.extra_flags),
+                             ("search.flags", list(cfg.search.flags))):  # fmt: skip
+            for flag in flags:
+                if flag.startswith("-") and engine.reads_as(flag, ("--chunked-prefill-size",)):
+                    raise _fail(
+                        where,
+                        f"{short(flag)} is searched in {key}.chunked_prefill_size; "
+                        "set it in one place",
+                    )
 
 
 def _check_ladder(b: BenchConfig) -> None:

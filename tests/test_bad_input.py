@@ -346,6 +346,52 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
         "server.twin.fault: --twin-fault 'bogus': unknown kind",
     ),
     ("nccl-extra-not-nccl", {}, ["server.extra_nccl_vars=[FOO]"], "server.extra_nccl_vars"),
+    # -- search.scheduler: SGLang's rules for its knobs ------------------------------------
+    (
+        "knob-running-zero",
+        {},
+        ["search.scheduler.max_running_requests=[0,8]"],
+        "search.scheduler.max_running_requests: 0 must be at least 1",
+    ),
+    (
+        "knob-chunk-zero",
+        {},
+        ["search.scheduler.chunked_prefill_size=[0]"],
+        "search.scheduler.chunked_prefill_size: 0 must be a positive number of tokens, or -1",
+    ),
+    (
+        "knob-graph-above-cap",
+        {},
+        ["server.max_running_requests=32", "search.scheduler.cuda_graph_max_bs=[16,64]"],
+        "search.scheduler.cuda_graph_max_bs: 64 is above the running cap "
+        "(server.max_running_requests: 32); SGLang clamps",
+    ),
+    (
+        "knob-graph-above-searched-caps",
+        {},
+        [
+            "search.scheduler.max_running_requests=[8,16]",
+            "search.scheduler.cuda_graph_max_bs=[32]",
+        ],
+        "search.scheduler.cuda_graph_max_bs: 32 is above the running cap "
+        "(search.scheduler.max_running_requests: 16)",
+    ),  # fmt: skip
+    (
+        "knob-chunk-also-fixed",
+        {},
+        [
+            "search.scheduler.chunked_prefill_size=[2048]",
+            "server.extra_flags=[--chunked-prefill-size,4096]",
+        ],
+        "server.extra_flags: '--chunked-prefill-size' is searched in "
+        "search.scheduler.chunked_prefill_size",
+    ),  # fmt: skip
+    (
+        "knob-not-an-int",
+        {},
+        ["search.scheduler.max_running_requests=[many]"],
+        "search.scheduler.max_running_requests",
+    ),
 ]
 
 

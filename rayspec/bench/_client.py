@@ -20,13 +20,17 @@ chunk that carries tokens; each later chunk's gap since the previous token-carry
 split evenly over the tokens it added (so ``len(itl_ms)`` is the completion tokens minus those
 of the first chunk, and ``sum(itl_ms)`` is the time from the first to the last token).
 
-**The twin's clock.** With ``clock="twin"`` (a study whose ``server.engine`` is the twin), a
-request at concurrency 1 is timed by the twin's simulated clock instead of the client's: every
-``/generate`` chunk of the twin carries ``meta_info.rayspec_twin`` (a twin-only field: the
-request's arrival and its latest tokens, in simulated seconds), and the token arrivals above are
-taken from it, so a seeded twin study measures the same numbers on a busy and an idle host.
-Under load (concurrency > 1) which requests share a batch depends on when they arrive, so those
-runs keep the wall clock. A real SGLang server is always timed by the wall clock
+**The twin's clock.** With ``clock="twin"`` (a study whose ``server.engine`` is the twin), every
+request is timed by the twin's simulated clock instead of the client's: every ``/generate``
+chunk of the twin carries ``meta_info.rayspec_twin`` (a twin-only field: the request's arrival
+and its latest tokens, in simulated seconds), and the token arrivals above are taken from it,
+so TTFT, the gaps and the request's time are the modelled server's, whatever the host's load
+or the client's speed. Under load the record also keeps the arrival on that clock
+(``RequestRecord.sim_start_s``) so a closed-loop run's throughput is the twin's too
+(:func:`~rayspec.bench.run_tok_s`); a Poisson run (``paced``) keeps its start on the wall
+clock, as the client's schedule sends it (the simulated clock does not count an idle engine's
+time). What is left of the host under load is which requests share a batch: that depends on
+when they reach the engine. A real SGLang server is always timed by the wall clock
 (``clock="wall"``, the default): the field is never read from it.
 
 **The prompt's category.** With ``send_category=True`` (a twin study) every request body also
@@ -102,8 +106,8 @@ _TWIN_CLOCK_KEY = "rayspec_twin"
 _TWIN_CATEGORY_KEY = "rayspec_category"
 
 
-def _twin_elapsed_s(meta: dict[str, Any]) -> float:
-    """Simulated seconds from the request's arrival to the chunk's latest tokens.
+def _twin_stamps(meta: dict[str, Any]) -> tuple[float, float]:
+    """The request's arrival and the chunk's latest tokens on the twin's simulated clock (s).
 
     Raises:
         BenchError: the chunk has no twin clock (the server is not rayspec's twin).
@@ -117,7 +121,7 @@ def _twin_elapsed_s(meta: dict[str, Any]) -> float:
             f"clock 'twin': a /generate chunk without meta_info.{_TWIN_CLOCK_KEY}.sim_token_s "
             "(is the server rayspec's twin?)"
         )
-    return float(token_s) - float(clock["sim_arrival_s"])
+    return float(clock["sim_arrival_s"]), float(token_s)
 
 
 def _read_histogram(fields: dict[str, Any], state: dict[str, Any]) -> None:
@@ -173,6 +177,7 @@ class StreamResult:
     sent_s: float | None = None  # perf_counter when the request body was fully written
     output_ids: tuple[int, ...] | None = None  # the final chunk's token ids (/generate)
     accept_histogram: tuple[int, ...] | None = None  # verify steps by drafts accepted
+    sim_arrival_s: float | None = None  # the arrival on the twin's clock (twin-timed only)
 
 
 class _Partial(Exception):
@@ -219,7 +224,7 @@ class StreamClient:
         max_streams: the most requests in flight at once (one connection each).
         endpoint: ``"generate"``, ``"completions"`` or ``"chat"``.
         clock: ``"wall"`` (the client's clock, always for a real server) or ``"twin"``
-            (requests at concurrency 1 timed by the twin's simulated clock; ``generate`` only).
+            (requests timed by the twin's simulated clock; ``generate`` only).
         send_category: send each request's category as ``rayspec_category`` (the twin only).
         read_timeout_s: the longest gap allowed between two chunks.
         request_timeout_s: deadline for one whole request.
@@ -401,6 +406,7 @@ class StreamClient:
             "output_ids": None,
             "histogram": None,
             "twin_clock": twin_clock,
+            "sim_arrival": None,
         }
         chunks = 0
         end = t0
@@ -485,6 +491,7 @@ class StreamClient:
             sent_s=sent[0] if sent else None,
             output_ids=state["output_ids"],
             accept_histogram=state["histogram"],
+            sim_arrival_s=state["sim_arrival"],
         )
 
     def _partial_from(self, exc: Exception, tl: _Timeline, path: str) -> _Partial:
@@ -519,7 +526,9 @@ class StreamClient:
             if ct is None:
                 ct = len(obj.get("output_ids") or ())
             if state["twin_clock"] and int(ct) > tl.tokens:
-                now = _twin_elapsed_s(meta)
+                arrival, token = _twin_stamps(meta)
+                state["sim_arrival"] = arrival
+                now = token - arrival
             tl.advance(now, int(ct))
             if "prompt_tokens" in meta:
                 state["prompt_tokens"] = meta["prompt_tokens"]
@@ -568,16 +577,18 @@ class StreamClient:
         index: int,
         concurrency: int,
         category: str = DEFAULT_CATEGORY,
+        paced: bool = False,
     ) -> RequestRecord:
         """Stream one request and return its record; a failure becomes ``record.failure``
         (its :class:`~rayspec.FailureReason`) and ``record.error`` (the message).
         ``category`` (the prompt's category in its set) is kept on the record.
 
         A failed record keeps what was measured before the failure (tokens so far, TTFT when
-        a token arrived, NaN otherwise). With ``clock="twin"`` a request at concurrency 1 is
-        timed by the twin's simulated clock (see the module docstring).
+        a token arrived, NaN otherwise). With ``clock="twin"`` the request is timed by the
+        twin's simulated clock (see the module docstring); ``paced`` (a Poisson run's
+        request) keeps its start on the wall clock (``sim_start_s`` None).
         """
-        twin_clock = self.clock == "twin" and concurrency == 1
+        twin_clock = self.clock == "twin"
         try:
             res = await self._stream(prompt, max_tokens, twin_clock, category)
         except _Partial as partial:
@@ -614,4 +625,5 @@ class StreamClient:
             output_ids=res.output_ids,
             accept_histogram=res.accept_histogram,
             category=category,
+            sim_start_s=None if paced else res.sim_arrival_s,
         )

@@ -92,9 +92,9 @@ class BenchPlan:
             ``"completions"`` (``/v1/completions``, delta chunks plus usage) or ``"chat"``
             (``/v1/chat/completions``: the prompt as one user message, delta chunks plus usage).
         clock: ``"wall"`` (the client's clock; always for a real server) or ``"twin"``: a
-            twin study's requests at concurrency 1 are timed by the twin's simulated clock
-            (``meta_info.rayspec_twin``), so a seeded twin study measures the same numbers on
-            every run (see :class:`~rayspec.bench.StreamClient`).
+            twin study's requests are timed by the twin's simulated clock
+            (``meta_info.rayspec_twin``), at every load, so what a twin study measures is the
+            modelled server's, not the host's (see :class:`~rayspec.bench.StreamClient`).
         send_category: send each request's prompt category as ``rayspec_category`` (the
             twin's own field; only when the server is the twin).
         temperature: sampling temperature (0.0 = greedy, as SGLang's own benchmarks).

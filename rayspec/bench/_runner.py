@@ -236,6 +236,7 @@ async def _one_run(
     records: dict[int, RequestRecord] = {}
     concurrency = scenario.concurrency
     streams = shard.share(concurrency)
+    paced = scenario.request_rate is not None and run >= 0  # Poisson arrivals (warm-up: not)
 
     async def send(i: int) -> None:
         records[i] = await client.measure(
@@ -246,12 +247,13 @@ async def _one_run(
             index=i,
             concurrency=concurrency,
             category=inputs[i].category,
+            paced=paced,
         )
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
     if not mine or streams == 0:
         pass
-    elif scenario.request_rate is None or run < 0:
+    elif not paced:
         pending = iter(mine)
 
         async def worker() -> None:

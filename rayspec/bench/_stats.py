@@ -28,8 +28,10 @@ def run_tok_s(records: Sequence[RequestRecord]) -> float:
 
     Concurrency 1 (requests one after another): the tokens over the summed request times, which
     for one request is ``completion_tokens / e2e`` (TTFT included), as the field protocol
-    measures it. Concurrency > 1: all tokens over the run's wall time, from the first request's
-    start to the last request's end.
+    measures it. Concurrency > 1: all tokens over the run's time, from the first request's
+    start to the last request's end: on the twin's simulated clock when every request has its
+    start there (``sim_start_s``, a closed loop timed by the twin's clock), else on the wall
+    clock (``start_unix_s``).
     """
     ok = [r for r in records if r.ok and r.e2e_ms > 0]
     if not ok:
@@ -37,8 +39,12 @@ def run_tok_s(records: Sequence[RequestRecord]) -> float:
     tokens = sum(r.completion_tokens for r in ok)
     if max(r.concurrency for r in ok) <= 1:
         return tokens / (sum(r.e2e_ms for r in ok) / 1000.0)
-    start = min(r.start_unix_s for r in ok)
-    end = max(r.start_unix_s + r.e2e_ms / 1000.0 for r in ok)
+    sim = [r.sim_start_s for r in ok]
+    starts = [s for s in sim if s is not None]
+    if len(starts) < len(ok):
+        starts = [r.start_unix_s for r in ok]
+    start = min(starts)
+    end = max(s + r.e2e_ms / 1000.0 for s, r in zip(starts, ok, strict=True))
     return tokens / (end - start) if end > start else _NAN
 
 

@@ -125,6 +125,8 @@ class LaunchArgs:
         max_running_requests: the running-request cap (explicit in both arms).
         cuda_graph_max_bs: the decode CUDA-graph cap.
         mem_fraction_static: the static memory fraction (None: the engine's default).
+        chunked_prefill_size: the prefill chunk in tokens, -1 chunking off (None: the engine's
+            default; set when ``search.scheduler`` searches it).
         trust_remote_code: pass the engine's trust-remote-code switch.
         enable_metrics: serve the metrics endpoint.
         version: the engine version whose rules the server follows (how overlap is off).
@@ -149,6 +151,7 @@ class LaunchArgs:
     version: str
     spelling_version: str
     extra: tuple[str, ...] = ()
+    chunked_prefill_size: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,12 +12,19 @@ from typing import Any
 from rayspec._types import TrialState
 from rayspec.report._categories import category_lines
 from rayspec.results import ABOVE_PEAK_WHY
-from rayspec.results import ParetoPoint
+from rayspec.results import PLAN_PARAM
+from rayspec.results import PLAN_ROLE
+from rayspec.results import VERDICT_HEADER
+from rayspec.results import Plan
+from rayspec.results import PlanVerdict
 from rayspec.results import above_peak
+from rayspec.results import cost_line
 from rayspec.results import gains
 from rayspec.results import interval
-from rayspec.results import pareto_points
+from rayspec.results import pareto_data
+from rayspec.results import plan_verdict
 from rayspec.results import tie_note
+from rayspec.results import verdict_rows
 from rayspec.results import vs_baseline
 from rayspec.results import within_noise
 from rayspec.store import StudyFolder
@@ -27,7 +34,7 @@ if TYPE_CHECKING:
     from rayspec.report._plots import Plot
     from rayspec.results import Row
 
-__all__ = ["ABOVE_PEAK_MARK", "pareto_data", "pareto_table", "render", "table_rows"]
+__all__ = ["ABOVE_PEAK_MARK", "pareto_table", "render", "table_rows"]
 
 ABOVE_PEAK_MARK = "†"  # after an estimate above its row's own peak; the footnote says why
 
@@ -160,24 +167,9 @@ def _zero_goodput(data: StudyData) -> str:
     return "; ".join(f"trial {r.trial} ({_cell(r.candidate.label())})" for r in zero)
 
 
-def pareto_data(data: StudyData) -> tuple[list[ParetoPoint], bool]:
-    """Each configuration at each load as (tok/s per GPU, tok/s per user), front marked;
-    and whether the study had an SLO (``slo_violation`` stored)."""
-    prefixed = sorted({
-        k.split("__", 1)[0] for r in data.records for k in r.result.metrics
-        if k.endswith("__tok_s_mean")
-    })  # fmt: skip
-    first = next((sc for sc in data.concurrency if sc not in prefixed), "objective")
-    gpus = int(data.attrs.get("tp_size") or 1)
-    points = pareto_points(data.records, [first, *prefixed], gpus)
-    slo = any(math.isfinite(float(r.result.metrics.get("slo_violation", math.nan)))
-              for r in data.records)  # fmt: skip
-    return points, slo
-
-
 def pareto_table(data: StudyData) -> list[str]:
     """The Pareto table's lines (none when no configuration was measured)."""
-    points, slo = pareto_data(data)
+    points, slo = pareto_data(data.records, data.concurrency, int(data.attrs.get("tp_size") or 1))
     if not points:
         return []
     lines = [
@@ -257,6 +249,53 @@ def _summary(data: StudyData) -> list[str]:
     return lines
 
 
+def plan_verdict_of(data: StudyData) -> PlanVerdict | None:
+    """The plan's verification from the folder: its loads are the plan's tiers (each a
+    closed-loop scenario's concurrency); the objective is the scenario stored unprefixed."""
+    plans = [r for r in data.records if r.role == PLAN_ROLE and PLAN_PARAM in r.params]
+    if not plans:
+        return None
+    plan = Plan.from_json(str(max(plans, key=lambda r: r.trial).params[PLAN_PARAM]))
+    prefixed = {
+        k.split("__", 1)[0] for r in data.records for k in r.result.metrics if "__tok_s_mean" in k
+    }
+    objective = next((sc for sc in data.concurrency if sc not in prefixed), "")
+    loads = []
+    for bs, _ in plan.tiers:
+        names = sorted(sc for sc, c in data.concurrency.items() if c == bs)
+        if names:
+            loads.append((objective if objective in names else names[0], bs))
+    return plan_verdict(
+        data.report, data.records, loads, objective=objective, start_noise=data.start_noise,
+        equivalent=data.equivalent,
+    )  # fmt: skip
+
+
+def plan_section(data: StudyData) -> list[str]:
+    """``## The per-load plan``: the plan against the static pick and no speculation, per load
+    (empty when no plan was verified)."""
+    verdict = plan_verdict_of(data)
+    if verdict is None:
+        return []
+    trials = ", ".join(map(str, verdict.trials))
+    lines = ["", "## The per-load plan", ""]
+    lines.append(
+        f"One server for every load: `{_cell(verdict.plan.candidate().label())}` (SGLang's "
+        f"adaptive tiers, `--speculative-adaptive-config`), verified by trial {trials} at "
+        "every load, beside the static pick (what `best.sh` launches) and the best "
+        "configuration without speculation. Each figure is throughput (tok/s, whatever "
+        "`study.objective` is) with its 95 % interval (the "
+        "runs' spread and one server start's offset, `study.start_noise`, per start); "
+        "`plan - static` carries the noise of the difference."
+    )
+    lines += ["", "| " + " | ".join(VERDICT_HEADER) + " |", "|" + "---|" * len(VERDICT_HEADER)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in verdict_rows(verdict)]
+    cost = cost_line(verdict)
+    why = verdict.why
+    lines += ["", f"**{why[0].upper()}{why[1:]}.**", "", f"{cost[0].upper()}{cost[1:]}."]
+    return lines
+
+
 def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
     """The whole ``report.md``; plot paths are written relative to ``report_dir``."""
     lines = [f"# Study {data.name}", ""]
@@ -284,6 +323,7 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
             "ratio's 95 % interval holds both estimates' uncertainty."
         )
         lines += [""] + _gains(data)
+    lines += plan_section(data)
     pareto = pareto_table(data)
     if pareto:
         gpus = int(data.attrs.get("tp_size") or 1)

@@ -16,6 +16,7 @@ from typing import Any
 
 from rayspec._plural import plural
 from rayspec._types import Candidate
+from rayspec.results import pareto_data
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -62,8 +63,8 @@ def short_label(candidate: Candidate, width: int = 56) -> str:
         head = f"{steps}/topk {spec.eagle_topk}/{spec.num_draft_tokens} tok"
     nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in candidate.nccl_env)
     text = f"{head}; {nccl or 'NCCL default'}"
-    if candidate.flags:
-        text += " " + " ".join(candidate.flags)
+    if candidate.server_settings:
+        text += " " + " ".join(candidate.server_settings)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -238,7 +239,11 @@ def _cells(data: StudyData, anchor: Row) -> dict[tuple[int, int], Row]:
     cells: dict[tuple[int, int], Row] = {}
     for row in data.report.rows:
         spec = row.candidate.spec
-        if not _speculative(row) or spec is None or row.candidate.flags != anchor.candidate.flags:
+        if (
+            not _speculative(row)
+            or spec is None
+            or row.candidate.server_settings != anchor.candidate.server_settings
+        ):
             continue
         if not data.same_nccl(row.candidate, anchor.candidate):
             continue
@@ -506,15 +511,13 @@ def plot_concurrency(data: StudyData, path: str) -> Plot:
 
 
 def plot_pareto(data: StudyData, path: str) -> Plot:
-    from rayspec.report._markdown import pareto_data
-
     title = "Throughput against interactivity"
     caption = (
         "Each configuration at each load: output tok/s per GPU against tok/s per user (a "
         "request's decode rate). The Pareto front's points are ringed and joined; a hollow marker "
         "missed study.slo."
     )
-    points, _ = pareto_data(data)
+    points, _ = pareto_data(data.records, data.concurrency, int(data.attrs.get("tp_size") or 1))
     if not points:
         return Plot(_name(path), title, caption, skipped="no configuration was measured")
     fig = _figure(7.0, 4.8)

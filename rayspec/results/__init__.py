@@ -14,6 +14,7 @@ from rayspec.results._deploy import deploy_script
 from rayspec.results._deploy import twin_script
 from rayspec.results._deploy import write_best
 from rayspec.results._pareto import ParetoPoint
+from rayspec.results._pareto import pareto_data
 from rayspec.results._pareto import pareto_front
 from rayspec.results._pareto import pareto_points
 from rayspec.results._pick import GATE_UNCHECKED
@@ -21,6 +22,17 @@ from rayspec.results._pick import build_report
 from rayspec.results._pick import candidate_reader
 from rayspec.results._pick import cost_key
 from rayspec.results._pick import observations_from_records
+from rayspec.results._plan import PLAN_PARAM
+from rayspec.results._plan import PLAN_ROLE
+from rayspec.results._plan import VERDICT_HEADER
+from rayspec.results._plan import LoadCheck
+from rayspec.results._plan import Plan
+from rayspec.results._plan import PlanVerdict
+from rayspec.results._plan import cost_line
+from rayspec.results._plan import plan_verdict
+from rayspec.results._plan import recommend
+from rayspec.results._plan import verdict_lines
+from rayspec.results._plan import verdict_rows
 from rayspec.results._saved import load_equivalence
 from rayspec.results._saved import load_space
 from rayspec.results._saved import save_space
@@ -43,8 +55,14 @@ __all__ = [
     "DRAFT_PLACEHOLDER",
     "GATE_UNCHECKED",
     "Gain",
+    "LoadCheck",
     "MODEL_PLACEHOLDER",
+    "PLAN_PARAM",
+    "PLAN_ROLE",
+    "VERDICT_HEADER",
     "ParetoPoint",
+    "Plan",
+    "PlanVerdict",
     "WITHIN_NOISE",
     "Row",
     "StudyReport",
@@ -52,6 +70,7 @@ __all__ = [
     "build_report",
     "candidate_reader",
     "cost_key",
+    "cost_line",
     "deploy_config",
     "deploy_script",
     "gains",
@@ -59,13 +78,18 @@ __all__ = [
     "load_equivalence",
     "load_space",
     "observations_from_records",
+    "pareto_data",
     "pareto_front",
     "pareto_points",
+    "plan_verdict",
     "prob_faster",
+    "recommend",
     "save_space",
     "tie_note",
     "tied_with_pick",
     "twin_script",
+    "verdict_lines",
+    "verdict_rows",
     "vs_baseline",
     "within_noise",
     "write_best",

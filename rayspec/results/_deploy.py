@@ -161,6 +161,8 @@ def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | 
             "adaptive": best.candidate.spec.adaptive,
             "overlap": best.candidate.spec.overlap,
         },
+        # search.scheduler's knobs the pick sets (None: the server's values, all of them)
+        "scheduler": best.candidate.knobs or None,
         "env": dict(launch.env),
         "unset_env": list(launch.unset_env),
         "argv": list(launch.argv),

@@ -6,19 +6,21 @@ mean output throughput over those trials divided by the
 server's GPUs (``server.tp_size``); tok/s per user is its mean per-request decode rate
 (``user_tok_s_mean``: tokens after the first over the time after the first). Both are
 maximised: a point is on the front when no other point is at least as good on both and better
-on one.
+on one. :func:`pareto_data` is the study's view of them (the report's table and
+``pareto.png`` both draw it).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rayspec._types import TrialRecord
 from rayspec._types import TrialState
 
-__all__ = ["ParetoPoint", "pareto_front", "pareto_points"]
+__all__ = ["ParetoPoint", "pareto_data", "pareto_front", "pareto_points"]
 
 
 @dataclass(frozen=True)
@@ -102,3 +104,26 @@ def pareto_points(
         ParetoPoint(p.trials, p.label, p.scenario, p.tok_s_per_gpu, p.user_tok_s, p.feasible, f)
         for p, f in zip(out, front, strict=True)
     ]
+
+
+def pareto_data(
+    records: Sequence[TrialRecord], concurrency: Mapping[str, int], gpus: int
+) -> tuple[list[ParetoPoint], bool]:
+    """A study's points (:func:`pareto_points` over every scenario it stored), and whether it
+    had an SLO (a finite ``slo_violation`` stored).
+
+    Args:
+        records: the stored trials.
+        concurrency: scenario -> concurrency, every scenario of the requests table; the one
+            whose metrics are stored unprefixed is the objective's.
+        gpus: GPUs per server (``server.tp_size``).
+    """
+    prefixed = sorted({
+        k.split("__", 1)[0] for r in records for k in r.result.metrics
+        if k.endswith("__tok_s_mean")
+    })  # fmt: skip
+    first = next((sc for sc in concurrency if sc not in prefixed), "objective")
+    points = pareto_points(records, [first, *prefixed], gpus)
+    slo = any(math.isfinite(float(r.result.metrics.get("slo_violation", math.nan)))
+              for r in records)  # fmt: skip
+    return points, slo

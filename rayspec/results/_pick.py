@@ -20,6 +20,8 @@ from rayspec._exceptions import StoreError
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec._types import TrialState
+from rayspec.results._plan import PLAN_ROLE
+from rayspec.results._plan import plan_candidate
 from rayspec.results._table import Row
 from rayspec.results._table import StudyReport
 from rayspec.search import Equivalence
@@ -62,6 +64,9 @@ def candidate_reader(space: SearchSpace) -> Callable[[Mapping[str, Any]], Candid
     def candidate(params: Mapping[str, Any]) -> Candidate:
         if not params:
             return Candidate()
+        plan = plan_candidate(dict(params))  # a plan's verification: not a point of the space
+        if plan is not None:
+            return plan
         try:
             return space.candidate(params)
         except ConfigError as exc:
@@ -74,9 +79,12 @@ def candidate_reader(space: SearchSpace) -> Callable[[Mapping[str, Any]], Candid
 def observations_from_records(
     records: Sequence[TrialRecord], roles: dict[int, str]
 ) -> list[Observation]:
-    """The stored trials as the search sees them, in trial order."""
+    """The stored trials as the search sees them, in trial order (a plan's verification
+    trials are not: they are no point of the space, and the pick is static)."""
     out = []
     for r in sorted(records, key=lambda r: r.trial):
+        if r.role == PLAN_ROLE or roles.get(r.trial) == PLAN_ROLE:
+            continue
         out.append(
             Observation(
                 trial=r.trial,
@@ -111,6 +119,8 @@ def build_report(
         margin: ``study.pick_margin`` (0: the best estimate, guarded by the floors).
         equivalent: the NCCL screen's classes (equivalent sets pool into one configuration).
     """
+    every = records
+    records = [r for r in records if r.role != PLAN_ROLE and roles.get(r.trial) != PLAN_ROLE]
     observations = observations_from_records(records, roles)
     evidence = weigh(observations, start_noise=start_noise, equivalent=equivalent)
     by_trial = {r.trial: r for r in records}
@@ -177,6 +187,7 @@ def build_report(
         ranked_sc = [r for r in ranked if math.isfinite(r.per_scenario[i][1])]
         if ranked_sc:
             per_scenario.append((sc, max(ranked_sc, key=lambda r: r.per_scenario[i][1])))
+    records = every  # the counts are of every trial, a plan's verification included
     states = [r.result.state for r in records]
     saved = sum(
         _f(r.result.metrics.get("bench_s_saved"))

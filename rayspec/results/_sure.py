@@ -188,15 +188,15 @@ def gains(report: StudyReport) -> list[Gain]:
     the joint pick."""
     base = report.baseline
     nccl = base.candidate.nccl_env if base is not None else ()
-    flags = base.candidate.flags if base is not None else ()
+    flags = base.candidate.server_settings if base is not None else ()
     others = [r for r in report.rows if base is None or r.trials != base.trials]
     nccl_alone = _best([
         r for r in others if r.candidate.spec is None and r.candidate.nccl_env != nccl
-        and r.candidate.flags == flags
+        and r.candidate.server_settings == flags
     ])  # fmt: skip
     spec_alone = _best([
         r for r in others if r.candidate.spec is not None and r.candidate.nccl_env == nccl
-        and r.candidate.flags == flags
+        and r.candidate.server_settings == flags
     ])  # fmt: skip
     return [
         _gain("NCCL alone (speculation off)", nccl_alone, base),

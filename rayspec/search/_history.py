@@ -65,7 +65,7 @@ _SURFACE_MIN_POINTS = 3
 
 
 Env = tuple[tuple[str, str], ...]
-Lattice = tuple[Env, tuple[str, ...]]  # (NCCL set, flags)
+Lattice = tuple[Env, tuple[str, ...]]  # (NCCL set, flags and scheduler knobs)
 Equivalence = Callable[[Env], Env]  # an NCCL set -> the set that stands for its screen class
 
 
@@ -240,7 +240,9 @@ class Evidence:
         key = self.key_of(candidate)
         if key in self.points:
             return self.points[key].estimate
-        fitted = self.surfaces.get((self.equivalent(candidate.nccl_env), candidate.flags))
+        fitted = self.surfaces.get(
+            (self.equivalent(candidate.nccl_env), candidate.server_settings)
+        )
         if fitted is None or candidate.spec is None:
             return None
         means, sds = fitted[0].predict([spec_features(candidate.spec)])
@@ -249,7 +251,10 @@ class Evidence:
 
 def _normalise(candidate: Candidate, equivalent: Equivalence) -> Candidate:
     return Candidate(
-        nccl_env=equivalent(candidate.nccl_env), spec=candidate.spec, flags=candidate.flags
+        nccl_env=equivalent(candidate.nccl_env),
+        spec=candidate.spec,
+        flags=candidate.flags,
+        scheduler=candidate.scheduler,
     )
 
 
@@ -299,7 +304,7 @@ def weigh(
         if est is None:
             continue
         cand, trials, floor, complete = info[key]
-        lattice = (same(cand.nccl_env), cand.flags)
+        lattice = (same(cand.nccl_env), cand.server_settings)
         points[key] = Point(key, cand, est, tuple(trials), floor, complete, lattice,
                             feasible=key not in infeasible)  # fmt: skip
     if not smooth:

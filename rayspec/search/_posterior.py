@@ -36,6 +36,7 @@ __all__ = [
     "between_posterior",
     "estimate",
     "estimate_noise",
+    "expected_gain",
     "prob_better",
 ]
 
@@ -249,3 +250,24 @@ def prob_better(a: Estimate, b: Estimate, *, margin: float = 0.0) -> float:
     if sd == 0:
         return 1.0 if diff > 0 else 0.0
     return 0.5 * math.erfc(-diff / (sd * math.sqrt(2.0)))
+
+
+def expected_gain(a: Estimate, ref: Estimate, start_var: float) -> float:
+    """The expected (relative) gain of the better of ``a`` and ``ref`` after one more start
+    of ``a`` whose own variance is ``start_var`` (log scale): the knowledge gradient.
+
+    One start moves ``a``'s posterior mean by a normal step of sd ``s = sd² / sqrt(sd² +
+    start_var)``; the gain is ``s · f(-|d| / s)`` with ``d`` the two means' log difference and
+    ``f(z) = z Φ(z) + φ(z)``. It falls as ``a`` gathers starts (a third start of a rival tied
+    with the pick at 3 % start noise moves little), where a probability of beating the pick
+    stays near a half for ever.
+    """
+    if a.sd <= 0:
+        return 0.0
+    s = a.sd**2 / math.sqrt(a.sd**2 + max(start_var, 0.0))
+    if s <= 0:
+        return 0.0
+    z = -abs(a.log_mean - ref.log_mean) / s
+    cdf = 0.5 * math.erfc(-z / math.sqrt(2.0))
+    pdf = math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return s * (z * cdf + pdf)

@@ -1,8 +1,9 @@
 """The search space: the only place the YAML ``search`` section becomes Optuna parameters.
 
 Parameter names are dotted paths: ``spec.mode``, ``spec.num_steps``, ``spec.eagle_topk``,
-``spec.num_draft_tokens``, ``nccl.NCCL_PROTO``, ``flags.--mem-fraction-static``. Every parameter is
-categorical, so a value is always one the user wrote.
+``spec.num_draft_tokens``, ``nccl.NCCL_PROTO``, ``flags.--mem-fraction-static``,
+``sched.max_running_requests``. Every parameter is categorical, so a value is always one the user
+wrote.
 
 SGLang's rules are built in (docs/sglang.md, *Speculative rules*):
 
@@ -13,6 +14,10 @@ SGLang's rules are built in (docs/sglang.md, *Speculative rules*):
   parameter only when both are declared;
 - with ``eagle_topk == 1`` SGLang forces ``num_draft_tokens = num_steps + 1``, so the draft-token
   parameter is not sampled at all: those candidates are one point, not many;
+- a scheduler knob (``sched.*``) absent from a parameter set runs the server's value (the
+  baseline has none); SGLang clamps the decode CUDA-graph cap to the running cap, so a
+  ``cuda_graph_max_bs`` above ``max_running_requests`` is the same candidate as one equal to it
+  (:func:`canonical_key`, docs/sglang.md, *Scheduler knobs*);
 - a draft budget the tree cannot hold (``ndt - 1 > topk + (steps - 1) * topk**2``) yields a
   candidate whose ``spec.fits_tree`` is False; the driver records it as infeasible and never
   launches it.
@@ -30,6 +35,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from rayspec._config import ADAPTIVE_SUFFIX
+from rayspec._config import SCHEDULER_KNOBS
 from rayspec._config import SPEC_OFF
 from rayspec._config import UNSET
 from rayspec._config import SearchConfig
@@ -49,6 +55,7 @@ __all__ = [
     "P_OVERLAP",
     "P_STEPS",
     "P_TOPK",
+    "SCHED_PREFIX",
     "SearchSpace",
     "canonical_key",
 ]
@@ -64,6 +71,7 @@ ADAPTIVE_START_STEPS = 3
 ATTR_QUEUED = "queued_params"  # user attribute of an enqueued trial: the parameters it fixes
 FLAG_ON = "on"
 FLAG_OFF = "off"
+SCHED_PREFIX = "sched."
 
 
 def is_adaptive(mode: str) -> bool:
@@ -78,6 +86,19 @@ def _flag_param(flag: str) -> str:
     return f"flags.{flag}"
 
 
+def _sched_param(knob: str) -> str:
+    return f"{SCHED_PREFIX}{knob}"
+
+
+def effective_knobs(knobs: Mapping[str, int]) -> dict[str, int]:
+    """The knobs as SGLang runs them: the decode graph cap clamped to the running cap."""
+    out = dict(knobs)
+    mrr, graph = out.get("max_running_requests"), out.get("cuda_graph_max_bs")
+    if mrr is not None and graph is not None and graph > mrr:
+        out["cuda_graph_max_bs"] = mrr
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class SearchSpace:
     """The declared choices, in the user's order (``unset`` first for NCCL variables)."""
@@ -89,6 +110,7 @@ class SearchSpace:
     nccl: tuple[tuple[str, tuple[str, ...]], ...]
     flags: tuple[tuple[str, tuple[str, ...]], ...]
     overlap: tuple[str, ...] = (FLAG_ON,)
+    scheduler: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @classmethod
     def from_config(cls, search: SearchConfig) -> SearchSpace:
@@ -101,6 +123,11 @@ class SearchSpace:
             nccl=tuple((k, tuple(v)) for k, v in search.nccl.items()),
             flags=tuple((k, tuple(v)) for k, v in search.flags.items()),
             overlap=tuple(dict.fromkeys(sp.overlap)),
+            scheduler=tuple(
+                (knob, tuple(dict.fromkeys(int(v) for v in values)))
+                for knob in SCHEDULER_KNOBS
+                if (values := getattr(search.scheduler, knob))
+            ),
         )
 
     def to_json(self) -> str:
@@ -125,6 +152,9 @@ class SearchSpace:
                 nccl=tuple((str(k), tuple(v)) for k, v in doc["nccl"]),
                 flags=tuple((str(k), tuple(v)) for k, v in doc["flags"]),
                 overlap=tuple(doc["overlap"]),
+                scheduler=tuple(
+                    (str(k), tuple(int(v) for v in vals)) for k, vals in doc.get("scheduler", ())
+                ),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"not a search space: {exc}") from exc
@@ -144,6 +174,8 @@ class SearchSpace:
             flags=tuple((k.removeprefix("flags."), tuple(v)) for k, v in grid.items()
                         if k.startswith("flags.")),
             overlap=tuple(grid.get(P_OVERLAP, (FLAG_ON,))),
+            scheduler=tuple((k.removeprefix(SCHED_PREFIX), tuple(int(x) for x in v))
+                            for k, v in grid.items() if k.startswith(SCHED_PREFIX)),
         )  # fmt: skip
 
     @property
@@ -173,6 +205,14 @@ class SearchSpace:
             params[_nccl_param(name)] = trial.suggest_categorical(_nccl_param(name), list(choices))
         for flag, choices in self.flags:
             params[_flag_param(flag)] = trial.suggest_categorical(_flag_param(flag), list(choices))
+        # A queued configuration that names no knob (the baseline, a speculative setting
+        # queued before the knobs) runs the server's values.
+        queued_knobs = trial.user_attrs.get(ATTR_QUEUED)
+        for knob, values in self.scheduler:
+            name = _sched_param(knob)
+            if queued_knobs is not None and name not in queued_knobs:
+                continue
+            params[name] = trial.suggest_categorical(name, list(values))
         return self.candidate(params)
 
     def _has_overlap_param(self, params: Mapping[str, Any]) -> bool:
@@ -214,6 +254,8 @@ class SearchSpace:
             grid[_nccl_param(name)] = list(choices)
         for flag, choices in self.flags:
             grid[_flag_param(flag)] = list(choices)
+        for knob, values in self.scheduler:
+            grid[_sched_param(knob)] = list(values)
         return grid
 
     def grid_points(self) -> list[dict[str, Any]]:
@@ -245,13 +287,20 @@ class SearchSpace:
                     variants = [{**params, P_OVERLAP: o} for o in self.overlap]
                 for point in variants:
                     spec_points.setdefault(canonical_key(self.candidate(point)), point)
+        others: list[tuple[str, list[Any]]]
         others = [(_nccl_param(k), list(dict.fromkeys(v))) for k, v in self.nccl]
         others += [(_flag_param(k), list(dict.fromkeys(v))) for k, v in self.flags]
+        others += [(_sched_param(k), list(v)) for k, v in self.scheduler]
         points = [
             {**spec, **dict(zip((name for name, _ in others), values, strict=True))}
             for spec in spec_points.values()
             for values in itertools.product(*(choices for _, choices in others))
         ]
+        if self.scheduler:  # a graph cap above the running cap repeats the capped point
+            unique: dict[str, dict[str, Any]] = {}
+            for point in points:
+                unique.setdefault(canonical_key(self.candidate(point)), point)
+            points = list(unique.values())
         order: dict[str, dict[Any, int]] = {}
         for point in points:
             for name, value in point.items():
@@ -296,12 +345,18 @@ class SearchSpace:
                 flags.append(flag)
             elif value != FLAG_OFF:
                 flags.extend((flag, value))
-        return Candidate(nccl_env=nccl, spec=spec, flags=tuple(flags))
+        knobs = tuple(
+            (knob, int(params[_sched_param(knob)]))
+            for knob, _ in sorted(self.scheduler)
+            if _sched_param(knob) in params
+        )
+        return Candidate(nccl_env=nccl, spec=spec, flags=tuple(flags), scheduler=knobs)
 
     def coerce(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Parameters with the speculative numbers as ints (YAML and overrides give text)."""
         out = dict(params)
-        for key in (P_STEPS, P_TOPK, *(k for k in out if k.startswith(P_NDT))):
+        knob_keys = (k for k in out if k.startswith(SCHED_PREFIX))
+        for key in (P_STEPS, P_TOPK, *(k for k in out if k.startswith(P_NDT)), *knob_keys):
             if key in out:
                 try:
                     out[key] = int(out[key])
@@ -327,6 +382,7 @@ class SearchSpace:
                 allowed[name] = tuple(choices)
         allowed.update({_nccl_param(k): v for k, v in self.nccl})
         allowed.update({_flag_param(k): v for k, v in self.flags})
+        allowed.update({_sched_param(k): v for k, v in self.scheduler})
         for key, value in params.items():
             if key not in allowed:
                 raise ConfigError(f"{key}: not a parameter of the search space")
@@ -379,6 +435,10 @@ class SearchSpace:
             params[_flag_param(flag)] = (
                 nxt if nxt is not None and not nxt.startswith("--") else FLAG_ON
             )
+        knobs = candidate.knobs
+        for knob, _ in self.scheduler:
+            if knob in knobs:
+                params[_sched_param(knob)] = knobs[knob]
         return params
 
     def baseline(self) -> Candidate:
@@ -403,6 +463,13 @@ class SearchSpace:
         total = spec_points
         for _, choices in (*self.nccl, *self.flags):
             total *= len(choices)
+        if self.scheduler:
+            names = [k for k, _ in self.scheduler]
+            combos = {
+                tuple(sorted(effective_knobs(dict(zip(names, values, strict=True))).items()))
+                for values in itertools.product(*(v for _, v in self.scheduler))
+            }
+            total *= len(combos)
         return total
 
 
@@ -417,7 +484,11 @@ def canonical_key(candidate: Candidate) -> str:
         for name, default in (("adaptive", False), ("overlap", True)):
             if spec[name] == default:
                 del spec[name]
-    return json.dumps(
-        {"spec": spec, "env": list(candidate.nccl_env), "flags": list(candidate.flags)},
-        sort_keys=True,
-    )
+    doc: dict[str, Any] = {
+        "spec": spec, "env": list(candidate.nccl_env), "flags": list(candidate.flags),
+    }  # fmt: skip
+    if candidate.scheduler:  # absent when not searched: keys written before the knobs match
+        doc["scheduler"] = sorted(effective_knobs(candidate.knobs).items())
+    if candidate.adaptive_tiers:  # a plan: its tiers are part of what runs
+        doc["tiers"] = [[bs, list(steps)] for bs, steps in candidate.adaptive_tiers]
+    return json.dumps(doc, sort_keys=True)

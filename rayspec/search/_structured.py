@@ -27,10 +27,15 @@ the problem says the answer is (the README's *How it searches*):
    the tree can hold, starting near twice the chain's verify width.
 6. **Local refinement** around the best tree: the neighbouring budget, depth and topk.
 7. **Searched flags**: each value once, at the best configuration.
+8. **Scheduler knobs** (``search.scheduler``): each value of each knob once, at the best
+   configuration (its flags and other knobs kept); a graph cap above the running cap is the
+   capped point, never launched twice.
 8. **Confirmation**: the pick is re-launched (a fresh server start) and so is any configuration
    that could still beat it by more than ``band``, until none is likely to (below
-   ``stop_below``: :meth:`StructuredSearch.stop_reason` says the number) or each has
-   ``max_starts``.
+   ``stop_below``), no restart is expected to gain the pick ``gain_below`` (a quarter of the
+   band), or each has ``max_starts`` (:meth:`StructuredSearch.stop_reason` says the number).
+   A duel with a floor gets more starts where the measured start noise is above the prior's
+   (:meth:`StructuredSearch.duel_starts`).
 
 The strategy is a pure function of the observations (nothing to save or restore): a resumed
 study, or another driver, proposes exactly what this one would. ``propose`` returns None when
@@ -44,6 +49,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from collections.abc import Collection
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -73,13 +79,16 @@ from rayspec.search._posterior import Estimate
 from rayspec.search._posterior import Noise
 from rayspec.search._posterior import Start
 from rayspec.search._posterior import estimate
+from rayspec.search._posterior import expected_gain
 from rayspec.search._posterior import prob_better
 from rayspec.search._space import FLAG_OFF
 from rayspec.search._space import FLAG_ON
 from rayspec.search._space import P_MODE
 from rayspec.search._space import P_OVERLAP
+from rayspec.search._space import SCHED_PREFIX
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
+from rayspec.search._space import effective_knobs
 from rayspec.search._space import is_adaptive
 from rayspec.search._strategy import Strategy
 from rayspec.search._strategy import Wait
@@ -125,6 +134,7 @@ _MODEL_SKIP = 0.05
 # 1-2 %): pooled at this sd into a rival's gap to the pick (its chance to beat it), it restarts
 # a setting measured once on an unlucky start that the model puts above a lucky pick.
 _MODEL_REL_SD = 0.01
+_RUNS = 5  # the runs of a start the search has not made yet (the field protocol's repeats)
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,7 @@ class _Rival:
     proposal: Proposal
     point: Point | None  # the measured configuration; None for an unmeasured neighbour
     what: str
+    gain: float = math.inf  # the expected gain (relative) of the pick after its start
 
 
 @dataclass(frozen=True)
@@ -184,6 +195,10 @@ class StructuredSearch(Strategy):
             by more than this.
         stop_below: the search is done once no rival beats the pick by more than ``band``
             with at least this probability (and the pick was started twice).
+        gain_below: ... or once no restart is expected to gain the pick this much (relative,
+            :func:`~rayspec.search._posterior.expected_gain`; 0.25 %, a quarter of the band):
+            on a node whose starts vary by 3 %, a third start of a rival tied with the pick
+            moves it little, though its chance to beat the pick by the band stays above 20 %.
         loads: how many loads (distinct concurrencies) the study measures; with several, no
             speculation is measured in full (the adaptive tiers need it at every load).
     """
@@ -200,7 +215,10 @@ class StructuredSearch(Strategy):
         confident: float = 0.75,
         band: float = 0.01,
         stop_below: float = 0.2,
+        gain_below: float = 0.0025,
         loads: int = 1,
+        server_knobs: Mapping[str, int | None] | None = None,
+        max_load: int | None = None,
     ) -> None:
         self.space = space
         self.screen = screen
@@ -211,7 +229,13 @@ class StructuredSearch(Strategy):
         self.confident = confident
         self.band = band
         self.stop_below = stop_below
+        self.gain_below = gain_below
         self.loads = loads
+        # The server's scheduler values (a candidate without a knob runs them) and the largest
+        # load of the study (no batch grows past it): a knob value that changes neither is the
+        # point already measured.
+        self.server_knobs = dict(server_knobs or {})
+        self.max_load = max_load
         algos = [m for m in space.modes if m != SPEC_OFF and not is_adaptive(m)]
         self.algorithm = algos[0] if algos else None
         # SGLang's adaptive steps: one point each (topk 1, its own start).
@@ -304,7 +328,7 @@ class StructuredSearch(Strategy):
                     failed.add(o.key)
             if o.state is TrialState.COMPLETE and o.launched and not o.measured:
                 failed.add(o.key)  # measured to nothing (goodput 0: no request met study.slo)
-            if o.measured and not o.candidate.flags:
+            if o.measured and not o.candidate.server_settings:
                 by_spec.setdefault(o.candidate.spec, []).append(o)
         return _View(
             evidence=evidence,
@@ -363,6 +387,7 @@ class StructuredSearch(Strategy):
             self._modes,
             self._improve,
             self._flags,
+            self._knobs,
         )
         for stage in stages:
             proposal = stage(view)
@@ -635,9 +660,9 @@ class StructuredSearch(Strategy):
             return None
         if choice.point.key != inc.key:
             # The pick holds against a better mean: more starts of the two settle it.
-            # Against a floor, one start more each: at 3 % start noise, three starts a side
-            # cannot show a 5 % lead with the floor's confidence.
-            cap = self.max_starts + (1 if choice.point.floor else 0)
+            # Against a floor, more starts each (:meth:`duel_starts`): at 3 % start noise,
+            # four starts a side cannot show a 5 % lead with the floor's confidence.
+            cap = self.duel_starts(view.noise) if choice.point.floor else self.max_starts
             for p in sorted((choice.point, inc), key=lambda p: p.estimate.starts):
                 if p.estimate.starts < cap and p.key not in view.busy:
                     return Proposal(
@@ -647,7 +672,8 @@ class StructuredSearch(Strategy):
         ref = choice.point
         options = self._rivals(view, ref)
         best = max(options, key=lambda r: r.risk, default=None)
-        if best is not None and best.risk >= self.stop_below:
+        gain = max((r.gain for r in options), default=0.0)
+        if best is not None and best.risk >= self.stop_below and gain >= self.gain_below:
             rival = best.point
             if rival is not None and ref.estimate.starts <= rival.estimate.starts:
                 if ref.key not in view.busy and ref.estimate.starts < self.max_starts:
@@ -658,6 +684,21 @@ class StructuredSearch(Strategy):
             return Proposal(ref.candidate, f"confirm the best (trial {ref.trials[0]})",
                             repeat_of=ref.trials[0])  # fmt: skip
         return None
+
+    def duel_starts(self, noise: Noise) -> int:
+        """Starts each side of a duel with a floor may get: ``max_starts`` plus the square of
+        the measured between-start noise over ``study.start_noise``, rounded (at least one more,
+        at most ``2 x max_starts`` more: 4 at the prior's 1 %, 7 at 2 %, 9 at 3 %).
+
+        The floor leaves only with 97.5 % confidence, and n starts measure a configuration to
+        the start noise over sqrt(n), so the starts a duel needs grow with the noise squared:
+        at 3x the prior's noise, four starts a side left the field profile's 5 % lead
+        undecided and the pick on the floor for the rest of the budget (field3x/quick, 3 of 20
+        seeds).
+        """
+        ratio = noise.between / self.start_noise if self.start_noise > 0 else 1.0
+        extra = min(2 * self.max_starts, max(1, round(ratio**2)))
+        return self.max_starts + extra
 
     def _rivals(self, view: _View, ref: Point) -> list[_Rival]:
         """What another restart could spend itself on, each with its chance to beat ``ref``
@@ -678,7 +719,10 @@ class StructuredSearch(Strategy):
             proposal = Proposal(p.candidate, f"re-measure a contender (trial {p.trials[0]})",
                                 repeat_of=p.trials[0])  # fmt: skip
             risk = self._risk(p.estimate, p.candidate, ref, model, view, rel_sd)
-            out.append(_Rival(risk, proposal, p, f"trial {p.trials[0]}"))
+            runs = max(1.0, p.estimate.runs / max(1, p.estimate.starts))
+            var = view.noise.between**2 + p.estimate.within**2 / runs
+            gain = expected_gain(p.estimate, ref.estimate, var)
+            out.append(_Rival(risk, proposal, p, f"trial {p.trials[0]}", gain))
         specs, _ = feasible_only(
             [p for p in view.points.values() if p.candidate.spec is not None and p.complete]
         )
@@ -711,7 +755,9 @@ class StructuredSearch(Strategy):
                 what = nb.label() if nb.adaptive else what
                 risk = self._risk(predicted, cand, ref, model, view, rel_sd)
                 proposal = Proposal(cand, f"explore next to the best: {what}")
-                out.append(_Rival(risk, proposal, None, what))
+                var = view.noise.between**2 + view.noise.within**2 / _RUNS
+                gain = expected_gain(predicted, ref.estimate, var)
+                out.append(_Rival(risk, proposal, None, what, gain))
         return out
 
     def _model_ratio(
@@ -798,10 +844,16 @@ class StructuredSearch(Strategy):
             return (f"converged: no rival left to start again (each has {self.max_starts} "
                     f"starts or failed); the pick is trial {choice.point.trials[0]}")  # fmt: skip
         top = max(rivals, key=lambda r: r.risk)
+        likeliest = (
+            f"P(the likeliest of {plural(len(rivals), 'rival')} ({top.what}) beats the pick, "
+            f"trial {choice.point.trials[0]}, by >{band}) = {100 * top.risk:.1f} %"
+        )
+        if top.risk < self.stop_below:
+            return f"converged: {likeliest} < {100 * self.stop_below:g} %"
+        most = max(rivals, key=lambda r: r.gain)
         return (
-            f"converged: P(the likeliest of {plural(len(rivals), 'rival')} ({top.what}) beats "
-            f"the pick, trial {choice.point.trials[0]}, by >{band}) = {100 * top.risk:.1f} % "
-            f"< {100 * self.stop_below:g} %"
+            f"converged: another restart is expected to gain the pick {100 * most.gain:.2f} % "
+            f"at most ({most.what}) < {100 * self.gain_below:g} %, though {likeliest}"
         )
 
     def _flags(self, view: _View) -> Proposal | None:
@@ -823,6 +875,45 @@ class StructuredSearch(Strategy):
                     continue
                 return Proposal(cand, f"flag {flag} {value} at the best configuration")
         return None
+
+    def _knobs(self, view: _View) -> Proposal | None:
+        if not self.space.scheduler:
+            return None
+        inc = self._incumbent(view)
+        if inc is None:
+            return None
+        seen = {self._behaviour(p.candidate) for p in view.points.values()}
+        for knob, values in self.space.scheduler:
+            for value in values:
+                params = self.space.params_of(inc.candidate)
+                params[f"{SCHED_PREFIX}{knob}"] = value
+                cand = self.space.candidate(params)
+                key = view.evidence.key_of(cand)
+                if key in view.points or canonical_key(cand) in view.failed or key in view.busy:
+                    continue
+                if self._behaviour(cand) in seen:  # the server's value, or past every load
+                    continue
+                return Proposal(cand, f"{knob} {value} at the best configuration")
+        return None
+
+    def _behaviour(self, candidate: Candidate) -> tuple[str, tuple[tuple[str, int | None], ...]]:
+        """What a candidate runs as at the study's loads: its settings without the knobs, and
+        the knobs as the launch sets them (the server's where absent; the graph cap following
+        the running cap), the two caps clamped to the largest load."""
+        knobs = candidate.knobs
+        running = knobs.get("max_running_requests", self.server_knobs.get("max_running_requests"))
+        graph = knobs.get(
+            "cuda_graph_max_bs", self.server_knobs.get("cuda_graph_max_bs") or running
+        )
+        caps = effective_knobs(
+            {k: v for k, v in (("max_running_requests", running), ("cuda_graph_max_bs", graph))
+             if v is not None}
+        )  # fmt: skip
+        if self.max_load is not None:
+            caps = {k: min(v, self.max_load) for k, v in caps.items()}
+        chunk = knobs.get("chunked_prefill_size", self.server_knobs.get("chunked_prefill_size"))
+        rest = dataclasses.replace(candidate, scheduler=())
+        return canonical_key(rest), (*sorted(caps.items()), ("chunked_prefill_size", chunk))
 
     # -- the ladder --------------------------------------------------------------------------
     def _ladder(

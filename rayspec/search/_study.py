@@ -84,6 +84,7 @@ ATTR_NODE_RETRY = "node_lost_retry"  # a retry of a trial whose node died (retri
 ATTR_RUN_VALUES = "run_values"
 ATTR_RESTART = "restart"
 ATTR_LAUNCH = "launch"
+ATTR_OUTSIDE = "outside_params"  # a trial outside the space (a plan's): its stored parameters
 ROLE_BASELINE_AGAIN = "baseline#2"
 CONSTRAINT_FAILED = "failed"
 CONSTRAINT_SLO = "slo"  # study.slo: the trial's slo_violation (> 0: infeasible)
@@ -183,8 +184,14 @@ class TrialHandle:
         retry_of: a retry of that trial, which the last driver left unfinished.
     """
 
-    def __init__(self, trial: optuna.Trial, candidate: Candidate) -> None:
+    def __init__(
+        self,
+        trial: optuna.Trial,
+        candidate: Candidate,
+        params: Mapping[str, Any] | None = None,
+    ) -> None:
         self._trial = trial
+        self._params = None if params is None else dict(params)
         self.number: int = trial.number
         self.candidate = candidate
         attrs = trial.user_attrs
@@ -197,7 +204,8 @@ class TrialHandle:
 
     @property
     def params(self) -> dict[str, Any]:
-        return dict(self._trial.params)
+        """The trial's parameters (a trial outside the space: the ones it was given)."""
+        return dict(self._trial.params if self._params is None else self._params)
 
     @property
     def attrs(self) -> dict[str, Any]:
@@ -328,6 +336,22 @@ class StudyHandle:
         trial.set_user_attr(ATTR_LABEL, chosen.label())
         return TrialHandle(trial, chosen)
 
+    def ask_outside(
+        self, candidate: Candidate, params: Mapping[str, Any], *, role: str, reason: str = ""
+    ) -> TrialHandle:
+        """A trial of a configuration outside the space (a plan's verification): Optuna keeps
+        the trial (its number names the Parquet row, its value is told as any other's) but
+        suggests nothing; ``params`` are what its row stores (the candidate's reader reads them
+        back)."""
+        trial = self._study.ask()
+        trial.set_user_attr(ATTR_ROLE, role)
+        if reason:
+            trial.set_user_attr(ATTR_REASON, reason)
+        trial.set_user_attr(ATTR_OUTSIDE, dict(params))
+        trial.set_user_attr(ATTR_KEY, canonical_key(candidate))
+        trial.set_user_attr(ATTR_LABEL, candidate.label())
+        return TrialHandle(trial, candidate, params)
+
     def _pop_baseline(self) -> optuna.Trial | None:
         """A queued baseline (a retry of an interrupted one), ahead of the rest of the queue.
 
@@ -366,18 +390,19 @@ class StudyHandle:
             trial._trial.set_constraint(CONSTRAINT_FAILED, 1.0)
             self._study.tell(trial.number, 0.0, skip_if_finished=True)
 
-    def tell_stored(self, number: int, state: TrialState, value: float | None,
-                    failure: str | None) -> None:  # fmt: skip
-        """Tell a trial of a killed driver from its Parquet row (recovery)."""
-        if state is TrialState.COMPLETE:
-            self._study.tell(number, value, skip_if_finished=True)
-        elif state is TrialState.PRUNED:
-            self._study.tell(number, state=OptunaState.PRUNED, skip_if_finished=True)
-        else:
-            # A constraint can only be set through a live trial; a recovered failure is told
-            # as Optuna's FAIL (the Parquet row keeps the reason).
-            del failure
-            self._study.tell(number, state=OptunaState.FAIL, skip_if_finished=True)
+    def tell_stored(self, result: TrialResult) -> None:
+        """Tell a trial a killed driver left running from its Parquet row (recovery), as
+        :meth:`tell` would have: the same state, value, attributes and constraints (``slo``,
+        ``failed``), so a resumed study's sampler sees what the original's saw. A trial no
+        longer running is left alone (told already)."""
+        running = self._study.get_trials(deepcopy=False, states=(OptunaState.RUNNING,))
+        frozen = next((t for t in running if t.number == result.trial), None)
+        if frozen is None:
+            return
+        # A live handle on the stored trial, as ``_pop_baseline`` builds one: constraints and
+        # attributes are set through it before the tell.
+        live = optuna.Trial(self._study, frozen._trial_id)
+        self.tell(TrialHandle(live, result.candidate), result)
 
     @staticmethod
     def _set_attrs(trial: TrialHandle, result: TrialResult) -> None:

@@ -2,7 +2,8 @@
 
 The experiment is read here and handed to the engine (:mod:`rayspec.engines`) in primitives:
 the engine spells the launch (docs/sglang.md, *Launch template*), this module decides what the
-launch holds: the searched settings, the experiment's fixed flags, NVLink multicast off
+launch holds: the searched settings (a searched scheduler knob replaces its ``server.*`` value),
+the experiment's fixed flags, NVLink multicast off
 (``NCCL_NVLS_ENABLE=0`` exported) unless the experiment allows it, and for the twin its
 ``--twin-*`` flags.
 """
@@ -10,6 +11,7 @@ launch holds: the searched settings, the experiment's fixed flags, NVLink multic
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 
 from rayspec._config import Engine
@@ -20,7 +22,22 @@ from rayspec.engines import LaunchArgs
 from rayspec.engines import engine_named
 from rayspec.engines import shell_line
 
-__all__ = ["build_launch", "server_env", "shell_line", "twin_seed"]
+__all__ = [
+    "ADAPTIVE_CONFIG_FLAG",
+    "build_launch",
+    "server_env",
+    "shell_line",
+    "tiers_json",
+    "twin_seed",
+]
+
+ADAPTIVE_CONFIG_FLAG = "--speculative-adaptive-config"
+
+
+def tiers_json(tiers: tuple[tuple[int, tuple[int, ...]], ...]) -> str:
+    """SGLang's adaptive config for ``tiers``: ``{"<batch size>": {"candidate_steps": [...]}}``."""
+    body = {str(bs): {"candidate_steps": list(steps)} for bs, steps in tiers}
+    return json.dumps(body, indent=2) + "\n"
 
 
 def twin_seed(study_seed: int | None, trial: int) -> int:
@@ -35,7 +52,11 @@ def _launch_args(
     """What the engine needs of the experiment for one launch."""
     srv = cfg.server
     twin = srv.engine is Engine.twin
+    knobs = candidate.knobs
     extra = [*candidate.flags, *srv.extra_flags]
+    max_running = knobs.get("max_running_requests", srv.max_running_requests)
+    # The graph cap follows a searched running cap unless it is searched or fixed itself.
+    graph_bs = knobs.get("cuda_graph_max_bs", srv.cuda_graph_max_bs or max_running)
     if twin:
         seed = srv.twin.seed if srv.twin.seed is not None else twin_seed(cfg.study.seed, trial)
         extra += [
@@ -57,9 +78,10 @@ def _launch_args(
         port=port,
         spec=candidate.spec,
         attention_backend=srv.attention_backend,
-        max_running_requests=srv.max_running_requests,
-        cuda_graph_max_bs=srv.cuda_graph_max_bs or srv.max_running_requests,
+        max_running_requests=max_running,
+        cuda_graph_max_bs=graph_bs,
         mem_fraction_static=srv.mem_fraction_static,
+        chunked_prefill_size=knobs.get("chunked_prefill_size"),
         trust_remote_code=srv.trust_remote_code,
         enable_metrics=srv.enable_metrics,
         version=srv.version,
@@ -117,4 +139,10 @@ def build_launch(
         startup_timeout_s=srv.startup_timeout_s,
         engine=engine.name,
         unset_env=tuple(unset),
+        # A plan's tiers: written on the node, never part of a command line.
+        files=(
+            ((ADAPTIVE_CONFIG_FLAG, tiers_json(candidate.adaptive_tiers)),)
+            if candidate.adaptive_tiers and candidate.spec is not None
+            else ()
+        ),
     )

@@ -42,6 +42,7 @@ from rayspec.server import _reaper
 
 if TYPE_CHECKING:
     from rayspec._types import LaunchSpec
+from rayspec.server._files import with_files
 
 _logger = logging.getLogger(__name__)
 
@@ -181,6 +182,15 @@ def start_process(
     """
     if not launch.argv:
         raise LaunchError("empty argv", reason=FailureReason.INFEASIBLE)
+    if launch.files:  # on the node: the files beside the log, their paths after argv
+        log_file = Path(launch.log_path)
+        try:
+            launch = with_files(launch, str(log_file.parent), log_file.stem)
+        except OSError as exc:
+            raise LaunchError(
+                f"cannot write the launch's files beside {str(log_file)!r}: {exc}",
+                reason=FailureReason.UNKNOWN,
+            ) from exc
     env = server_environment(launch, base_env)
     wait_port_free(launch.host, launch.port)
     log = Path(launch.log_path)

@@ -54,6 +54,8 @@ __all__ = [
 _log = logging.getLogger(__name__)
 _warned: set[str] = set()  # undeclared metrics already warned about
 
+# search.scheduler's knobs (rayspec._schema.SCHEDULER_KNOBS: the store sits below the config)
+_KNOBS = ("max_running_requests", "cuda_graph_max_bs", "chunked_prefill_size")
 TRIAL_SCHEMA = pa.schema(
     [
         ("trial", pa.int64()),
@@ -75,6 +77,10 @@ TRIAL_SCHEMA = pa.schema(
         ("spec_num_draft_tokens", pa.float64()),
         ("spec_adaptive", pa.bool_()),  # adaptive steps (num_steps is where they start)
         ("spec_overlap", pa.bool_()),  # False: the speculative overlap scheduler turned off
+        # search.scheduler's knobs as the candidate set them; null: the server's value
+        ("sched_max_running_requests", pa.float64()),
+        ("sched_cuda_graph_max_bs", pa.float64()),
+        ("sched_chunked_prefill_size", pa.float64()),
         ("start_unix_s", pa.float64()),
         ("end_unix_s", pa.float64()),
         ("duration_s", pa.float64()),
@@ -179,6 +185,7 @@ REQUEST_SCHEMA = pa.schema(
         ("output_ids", pa.list_(pa.int64())),  # the greedy output, for the correctness gate
         ("accept_histogram", pa.list_(pa.int64())),  # verify steps by drafts accepted
         ("category", pa.string()),  # the prompt's category (null: written before the column)
+        ("sim_start_s", pa.float64()),  # arrival on the twin's simulated clock (null: wall)
     ]
 )
 
@@ -254,6 +261,7 @@ def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
             "output_ids": list(r.output_ids) if r.output_ids is not None else None,
             "accept_histogram": _ints(r.accept_histogram),
             "category": r.category,
+            "sim_start_s": _float(r.sim_start_s),
         }
         for r in records
     ]
@@ -280,6 +288,7 @@ def request_record(row: Mapping[str, Any]) -> RequestRecord:
         failure=row.get("failure"),
         accept_histogram=tuple(int(n) for n in hist) if hist is not None else None,
         category=str(row.get("category") or DEFAULT_CATEGORY),
+        sim_start_s=_float(row.get("sim_start_s")),
     )  # fmt: skip
 
 
@@ -300,6 +309,7 @@ def trial_row(
     result = record.result
     launch = result.launch
     spec = result.candidate.spec
+    knobs = result.candidate.knobs
     row: dict[str, Any] = {
         "trial": result.trial,
         "state": result.state.value,
@@ -320,6 +330,7 @@ def trial_row(
         "spec_num_draft_tokens": _float(spec.num_draft_tokens) if spec else None,
         "spec_adaptive": spec.adaptive if spec else None,
         "spec_overlap": spec.overlap if spec else None,
+        **{f"sched_{k}": _float(knobs[k]) if k in knobs else None for k in _KNOBS},
         "start_unix_s": float(result.start_unix_s),
         "end_unix_s": float(result.end_unix_s),
         "duration_s": float(result.end_unix_s - result.start_unix_s),

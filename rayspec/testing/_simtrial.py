@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 
 from rayspec._config import ExperimentConfig
@@ -38,6 +39,7 @@ from rayspec.bench._protocol import Watch
 from rayspec.bench._protocol import measure
 from rayspec.bench._runner import arrival_offsets
 from rayspec.server import build_launch
+from rayspec.server._files import with_files
 from rayspec.tune._trial import PhaseCallback
 from rayspec.tune._trial import RunsCallback
 from rayspec.tune._trial import bench_plan
@@ -87,7 +89,10 @@ class SimulatedTrials:
         if on_phase is not None:
             on_phase(number, "starting server (simulated)")
         try:
-            server = SimulatedServer(launch.argv[3:], dict(launch.env), self.profile)
+            with tempfile.TemporaryDirectory(prefix="rayspec-sim-") as files:
+                # The node's side of a launch's files (a plan's tiers), read at the start.
+                started = with_files(launch, files)
+                server = SimulatedServer(started.argv[3:], dict(started.env), self.profile)
         except SimulatedStartupError as exc:
             return failed_result(
                 number, candidate, exc.reason, str(exc), launch=launch,

@@ -26,6 +26,8 @@ from rayspec._plural import plural
 from rayspec._text import one_line
 
 if TYPE_CHECKING:
+    from rayspec.results import PlanVerdict
+    from rayspec.results import StudyReport
     from rayspec.search import SearchSpace
 
 
@@ -181,6 +183,7 @@ def _run(cfg: ExperimentConfig, space: SearchSpace) -> int:
 def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     from rayspec.results import deploy_config
     from rayspec.results import tie_note
+    from rayspec.results import verdict_lines
     from rayspec.results import write_best
     from rayspec.store import StudyFolder
     from rayspec.tune._cluster import connect
@@ -261,6 +264,10 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
         )
         print(f"adaptive tiers (concurrency {per_load}): {tiers_path}")
         print(f"  one server for every load:  {tiers_line}")
+    verdict = _plan_verdict(cfg, report)
+    if verdict is not None:
+        for line in verdict_lines(verdict):
+            print(line)
     paths = write_best(cfg, report)
     print()
     if report.pick_note:
@@ -286,6 +293,29 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     dashboard = installed_command("optuna-dashboard")
     print(f"  study:      {dashboard} {shlex.quote(cfg.storage_url)} --host 127.0.0.1 --port 8080")
     return 0
+
+
+def _plan_verdict(cfg: ExperimentConfig, report: StudyReport) -> PlanVerdict | None:
+    """The plan's verification from the stored trials (None: no plan trial)."""
+    from rayspec.results import candidate_reader
+    from rayspec.results import load_equivalence
+    from rayspec.results import load_space
+    from rayspec.results import plan_verdict
+    from rayspec.store import ParquetTrialStore
+    from rayspec.tune._tiers import closed_loads
+    from rayspec.tune._trial import study_categories
+
+    store = ParquetTrialStore(
+        cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]], study_categories(cfg)
+    )
+    from rayspec.search import SearchSpace
+
+    space = load_space(cfg.out_dir) or SearchSpace.from_config(cfg.search)
+    records = store.load_records(candidate_reader(space))
+    return plan_verdict(
+        report, records, closed_loads(cfg), objective=cfg.scenarios()[0].name,
+        start_noise=cfg.study.start_noise, equivalent=load_equivalence(cfg.out_dir),
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

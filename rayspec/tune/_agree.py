@@ -37,6 +37,7 @@ from rayspec.search._stored import ATTR_ROLE
 from rayspec.search._stored import StoredTrial
 from rayspec.search._stored import stored_trials
 from rayspec.search._study import ATTR_LAUNCH
+from rayspec.search._study import ATTR_OUTSIDE
 from rayspec.search._study import ATTR_REASON
 from rayspec.search._study import ATTR_REPEAT_OF
 from rayspec.search._study import ATTR_RESTART
@@ -151,7 +152,8 @@ def rebuilt_record(
             engine=str(kept.get("engine", "")),
             unset_env=tuple(str(v) for v in kept.get("unset_env", ())),
         )  # fmt: skip
-    params = dict(t.attrs.get(ATTR_QUEUED) or t.params)
+    # A trial outside the space (a plan's verification) keeps its parameters in an attribute.
+    params = dict(t.attrs.get(ATTR_OUTSIDE) or t.attrs.get(ATTR_QUEUED) or t.params)
     try:
         candidate = read(params) if params else Candidate()
     except (ConfigError, StoreError):  # partial: a driver killed while it was being sampled

@@ -25,12 +25,15 @@ class Budget:
         self.restarts = sum(1 for r in records if r.launched)
         self.told = told
         self.t0 = time.monotonic()
+        # Restarts kept for the plan's verification (study.verify_plan): not the search's.
+        self.reserved = 0
 
     def why_not(self, in_flight: int, held: int = 0) -> str:
         """Why no further trial may start now ("" when one may); ``held``: trials asked that
         wait for a running one (no server of their own yet)."""
-        if self.restarts + in_flight >= self.max_restarts:
-            return f"restart budget spent ({self.max_restarts} server launches)"
+        if self.restarts + in_flight >= self.max_restarts - self.reserved:
+            kept = f", {self.reserved} kept for the plan's verification" if self.reserved else ""
+            return f"restart budget spent ({self.max_restarts} server launches{kept})"
         if self.n_trials is not None and self.told + in_flight + held >= self.n_trials:
             return f"study.n_trials reached ({plural(self.n_trials, 'trial')})"
         if self.max_wall_s is not None and time.monotonic() - self.t0 >= self.max_wall_s:

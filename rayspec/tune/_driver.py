@@ -64,6 +64,8 @@ from rayspec.tune._strategy import stored_equivalence
 from rayspec.tune._trial import LIVE_ACTORS
 from rayspec.tune._trial import run_trial
 from rayspec.tune._trial import study_categories
+from rayspec.tune._verify import plan_reserve
+from rayspec.tune._verify import verify_plan
 
 __all__ = ["StudyOutcome", "idle_reason", "run_study"]
 
@@ -195,7 +197,8 @@ def _run_study(
             f"resuming study {cfg.study.name}: {plural(done_before, 'trial')} done, "
             f"{budget.restarts} of {plural(budget.max_restarts, 'restart')} used"
         )
-    idle = budget.why_not(0)
+    idle = budget.why_not(0)  # the whole budget: the plan's verification may still be due
+    budget.reserved = plan_reserve(cfg, records)  # the search's share ends this much earlier
     if idle:
         # Nothing may start: no screen, no Ray; the report as it stands.
         final = build_report(
@@ -316,6 +319,13 @@ def _run_study(
                     held.release(trial.number)
             for trial in [*unstarted, *held.drain()]:
                 record(trial, *held_result(handle, trial, observations, stopped))
+            if not halted:  # the plan's verification, on the restarts kept for it
+                kept = store.load_records(read)
+                searched = build_report(
+                    kept, handle.roles(), start_noise=cfg.study.start_noise,
+                    margin=cfg.study.pick_margin, equivalent=equivalent,
+                )  # fmt: skip
+                verify_plan(cfg, handle, searched, kept, budget, record, trial_fn, lines, printer)
         except BaseException:
             # Ctrl-C, SIGTERM or a bug: stop every running server now rather than letting the
             # pool wait for trials to finish; their trials stay RUNNING and are retried on resume.

@@ -109,7 +109,9 @@ class Recorder:
             result = dataclasses.replace(result, metrics=metrics)
         result = check_output(self.gate, trial, result, self.printer)
         alarm = ""
-        if result.state is TrialState.COMPLETE and result.launch is not None:
+        # Not for a plan's verification: its steps follow the load (0 at the objective's, maybe).
+        planned = bool(result.candidate.adaptive_tiers)
+        if result.state is TrialState.COMPLETE and result.launch is not None and not planned:
             alarm = acceptance_alarm(
                 result.candidate, float(result.metrics.get("accept_length", math.nan)),
                 _chains(self.observations), expected=cfg.study.expect_accept_length,

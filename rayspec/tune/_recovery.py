@@ -17,11 +17,11 @@ from rayspec._exceptions import FailureReason
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
-from rayspec._types import TrialState
 from rayspec.results import candidate_reader
 from rayspec.search import StudyHandle
 from rayspec.search import TrialHandle
 from rayspec.search._space import ATTR_QUEUED
+from rayspec.search._study import ATTR_OUTSIDE
 from rayspec.store import ParquetTrialStore
 from rayspec.tune._trial import failed_result
 
@@ -47,22 +47,24 @@ def recover(handle: StudyHandle, store: ParquetTrialStore, printer: Callable[[st
         row = stored.get(t.number)
         if row is not None and row.failure != interrupted:
             # Measured and stored, but the driver died before telling Optuna: nothing lost.
-            state = row.state
-            value = row.value if state is TrialState.COMPLETE else None
-            handle.tell_stored(t.number, state, value, row.failure)
-            printer(f"recovered trial {t.number} from its Parquet row ({state.value})")
+            handle.tell_stored(row)
+            printer(f"recovered trial {t.number} from its Parquet row ({row.state.value})")
             continue
         if row is None:
             # Its configuration as queued (a kill while it was being sampled leaves some
             # parameters only): a row's parameters are always a whole configuration, or none.
-            params = dict(t.attrs.get(ATTR_QUEUED) or t.params)
+            outside = t.attrs.get(ATTR_OUTSIDE)  # a plan's verification: not of the space
+            params = dict(outside or t.attrs.get(ATTR_QUEUED) or t.params)
             try:
-                handle.space.candidate(params) if params else None
+                if not outside:
+                    handle.space.candidate(params) if params else None
             except ConfigError:
                 params = {}
             result = failed_result(
                 t.number,
-                _candidate_of(handle, params),
+                candidate_reader(handle.space)(params)
+                if outside
+                else _candidate_of(handle, params),
                 FailureReason.INTERRUPTED,
                 "the driver stopped while this trial ran; its configuration was queued again",
                 start=t.start_unix_s,
@@ -74,6 +76,10 @@ def recover(handle: StudyHandle, store: ParquetTrialStore, printer: Callable[[st
                 repeat_of=int(repeat) if repeat is not None else None,
             ))  # fmt: skip
             stored[t.number] = result
+        if t.attrs.get(ATTR_OUTSIDE):  # run again after the search if still unverified
+            handle.fail(t.number)
+            printer(f"trial {t.number} (the plan's verification) was interrupted: failed")
+            continue
         handle.requeue(t)
         handle.fail(t.number)
         printer(f"trial {t.number} was interrupted by the last driver: failed, queued again")

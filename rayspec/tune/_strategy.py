@@ -40,6 +40,11 @@ def make_strategy(
         space, report, token_bytes=token_bytes(cfg) if report else 1,
         concurrency=cfg.scenarios()[0].concurrency, start_noise=cfg.study.start_noise,
         loads=len({sc.concurrency for sc in cfg.scenarios()}),
+        server_knobs={
+            "max_running_requests": cfg.server.max_running_requests,
+            "cuda_graph_max_bs": cfg.server.cuda_graph_max_bs,
+        },
+        max_load=max(sc.concurrency for sc in cfg.scenarios()),
     )  # fmt: skip
 
 

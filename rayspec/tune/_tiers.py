@@ -16,7 +16,6 @@ Example of what is written::
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -29,13 +28,20 @@ from rayspec._types import Candidate
 from rayspec.engines.sglang import sglang_features
 from rayspec.results import DRAFT_PLACEHOLDER
 from rayspec.results import MODEL_PLACEHOLDER
+from rayspec.results import Plan
 from rayspec.results import Row
 from rayspec.results import StudyReport
 from rayspec.search._space import is_adaptive
 from rayspec.server import build_launch
 from rayspec.store import StudyFolder
 
-__all__ = ["AdaptiveTiers", "adaptive_tiers", "write_adaptive_tiers"]
+__all__ = [
+    "AdaptiveTiers",
+    "adaptive_tiers",
+    "closed_loads",
+    "plan_may_apply",
+    "write_adaptive_tiers",
+]
 
 
 @dataclass(frozen=True)
@@ -46,11 +52,13 @@ class AdaptiveTiers:
         tiers: batch size (the scenario's concurrency) -> ``{"candidate_steps": [k]}``.
         sources: batch size -> the row whose chain (or no speculation) was best there.
         start_steps: the ``--speculative-num-steps`` to launch with (in the tiers' union).
+        plan: the same as data (tiers, NCCL set, algorithm): what the verification runs.
     """
 
     tiers: dict[str, dict[str, list[int]]]
     sources: dict[int, Row]
     start_steps: int
+    plan: Plan
 
 
 def adaptive_tiers(cfg: ExperimentConfig, report: StudyReport) -> AdaptiveTiers | None:
@@ -89,14 +97,41 @@ def adaptive_tiers(cfg: ExperimentConfig, report: StudyReport) -> AdaptiveTiers 
     if len(sources) < 2 or not positive:
         return None
     tiers = {str(bs): {"candidate_steps": [k]} for bs, k in sorted(steps.items())}
-    return AdaptiveTiers(
-        tiers=tiers, sources=dict(sorted(sources.items())), start_steps=positive[0]
+    # The NCCL set of the best chain at the lowest concurrency: one server, one environment.
+    first = next(r for _, r in sorted(sources.items()) if r.candidate.spec is not None)
+    spec = first.candidate.spec
+    assert spec is not None
+    plan = Plan(
+        tiers=tuple((bs, (k,)) for bs, k in sorted(steps.items())),
+        nccl_env=first.candidate.nccl_env,
+        algorithm=spec.algorithm,
+        start_steps=positive[0],
+        overlap=spec.overlap,
     )
+    return AdaptiveTiers(
+        tiers=tiers, sources=dict(sorted(sources.items())), start_steps=positive[0], plan=plan
+    )
+
+
+def plan_may_apply(cfg: ExperimentConfig) -> bool:
+    """Whether this experiment can have a plan (before any trial): two closed-loop loads or
+    more, a static EAGLE/EAGLE3 algorithm in the space, an SGLang with adaptive steps."""
+    algorithms = [m for m in cfg.search.speculative.modes if m != SPEC_OFF and not is_adaptive(m)]
+    if not algorithms or not sglang_features(cfg.server.version).adaptive_spec:
+        return False
+    return len({sc.concurrency for sc in cfg.scenarios() if sc.request_rate is None}) >= 2
+
+
+def closed_loads(cfg: ExperimentConfig) -> list[tuple[str, int]]:
+    """(scenario, concurrency) of each closed-loop load, the objective's first."""
+    return [(sc.name, sc.concurrency) for sc in cfg.scenarios() if sc.request_rate is None]
 
 
 def _chain_or_off(candidate: Candidate) -> bool:
     spec = candidate.spec
-    return spec is None or (spec.eagle_topk == 1 and not spec.adaptive and not candidate.flags)
+    return spec is None or (
+        spec.eagle_topk == 1 and not spec.adaptive and not candidate.server_settings
+    )
 
 
 def write_adaptive_tiers(
@@ -115,17 +150,8 @@ def write_adaptive_tiers(
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(found.tiers, fh, indent=2)
         fh.write("\n")
-    # The NCCL set of the best chain at the lowest concurrency: one server, one environment.
-    first = next(r for r in found.sources.values() if r.candidate.spec is not None)
-    assert first.candidate.spec is not None
-    spec = dataclasses.replace(
-        first.candidate.spec,
-        num_steps=found.start_steps,
-        num_draft_tokens=found.start_steps + 1,
-        adaptive=True,
-    )
-    candidate = Candidate(nccl_env=first.candidate.nccl_env, spec=spec)
-    launch = build_launch(deploy, candidate, port=cfg.server.port, log_path="-")
+    launch = build_launch(deploy, found.plan.candidate(), port=cfg.server.port, log_path="-")
+    # The file is written here for the user; the launch's own copy (``files``) is the node's.
     argv = [*launch.argv, "--speculative-adaptive-config", path]
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env)
     unset = " ".join(f"-u {k}" for k in launch.unset_env)

@@ -141,8 +141,8 @@ def bench_plan(cfg: ExperimentConfig) -> BenchPlan:
         warmup=cfg.bench.warmup,
         repeats=cfg.bench.repeats,
         temperature=cfg.bench.temperature,
-        # The twin's simulated clock times a twin study (reproducible for a seeded study);
-        # a real server is always timed by the wall clock.
+        # The twin's simulated clock times a twin study at every load (its TTFT, gaps and
+        # goodput are the model's, not the host's); a real server is always on the wall clock.
         clock="twin" if twin and cfg.bench.api is BenchApi.generate else "wall",
         # The twin is told each request's prompt category (its acceptance depends on it).
         send_category=twin,

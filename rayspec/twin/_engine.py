@@ -4,11 +4,17 @@ The loop imitates SGLang's scheduler at the level rayspec can observe:
 
 - Requests wait in a FCFS queue; at most ``max_running_requests`` run at once (``#queue-req``
   counts the rest).
-- New requests are admitted as one prefill batch lasting ``PerfModel.prefill_ms(sum of prompt
-  tokens)``; the prefill emits each request's first token.
+- New requests are admitted as one prefill batch lasting ``PerfModel.prefill_ms(prompt tokens
+  of the batch)``; the prefill emits each request's first token. A prefill batch takes at most
+  ``chunked_prefill_size`` prompt tokens: the request that does not fit is cut there and goes on
+  in the next iterations, one chunk each (prefill first: the running streams wait, as in SGLang
+  without ``--enable-mixed-chunk``), and its first token comes with its last chunk. Chunking off
+  (-1): a batch takes ``max_prefill_tokens``, the first request whole whatever its length.
 - Then decode iterations run over the whole running batch. One iteration lasts
   ``PerfModel.step_ms(B, mean ctx) x mean time_factor x start_factor`` and gives every running
-  request ``sample_cycle_tokens(rng, mult)`` tokens (speculation) or one token.
+  request ``sample_cycle_tokens(rng, mult)`` tokens (speculation) or one token. A batch above
+  ``cuda_graph_max_bs`` (or any batch with graphs off) runs eagerly: ``step_ms(..., graph=False)``
+  adds the profile's launch overhead.
 
 **Pacing.** The schedule is kept on an absolute monotonic clock: each iteration ends at
 ``previous end + duration`` and the loop sleeps until that instant, then emits. If the process
@@ -89,6 +95,7 @@ class GenRequest:
     sim_arrival_s: float = 0.0  # on the engine's simulated clock (see the module docstring)
     sim_token_s: float | None = None  # simulated end of the iteration of its latest tokens
     finished_s: float | None = None
+    prefilled: int = 0  # prompt tokens prefilled so far (a chunked prefill)
     finished: bool = False
     aborted: bool = False
     _event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -179,6 +186,8 @@ class Engine:
         max_total_tokens: KV pool size in tokens (token usage).
         cuda_graph_max_bs: largest captured decode batch (``cuda graph: True`` up to it).
         graph_enabled: whether decode runs as CUDA graphs at all.
+        chunked_prefill_size: the most prompt tokens of one prefill forward; -1 (or 0): off.
+        max_prefill_tokens: a prefill batch's token budget with chunking off.
         record_step_time: keep ``step_time_dict`` (``SGLANG_RECORD_STEP_TIME=1``).
         realtime: sleep until each deadline; False runs the schedule without waiting.
         metrics: Prometheus registry to update, if any.
@@ -203,6 +212,8 @@ class Engine:
         max_total_tokens: int = 131072,
         cuda_graph_max_bs: int = 512,
         graph_enabled: bool = True,
+        chunked_prefill_size: int = -1,
+        max_prefill_tokens: int = 16384,
         record_step_time: bool = False,
         realtime: bool = True,
         metrics: MetricsRegistry | None = None,
@@ -225,6 +236,9 @@ class Engine:
         self.max_total_tokens = max(1, max_total_tokens)
         self.cuda_graph_max_bs = cuda_graph_max_bs
         self.graph_enabled = graph_enabled
+        self.chunked_prefill_size = chunked_prefill_size if chunked_prefill_size > 0 else None
+        self.max_prefill_tokens = max(1, max_prefill_tokens)
+        self._chunked: GenRequest | None = None  # the request whose prefill goes on
         self.realtime = realtime
         self.metrics = metrics
         self.on_fatal = on_fatal
@@ -261,7 +275,7 @@ class Engine:
 
     @property
     def idle(self) -> bool:
-        return not self._waiting and not self._running
+        return not self._waiting and not self._running and self._chunked is None
 
     @property
     def frozen(self) -> bool:
@@ -360,6 +374,8 @@ class Engine:
             self._waiting.remove(req)
         if req in self._running:
             self._running.remove(req)
+        if req is self._chunked:
+            self._chunked = None
 
     async def updates(self, req: GenRequest) -> AsyncIterator[int]:
         """Yield the request's new-token count at each emission until it finishes.
@@ -424,7 +440,7 @@ class Engine:
     async def iterate(self) -> None:
         """One scheduler iteration (the batch model): waiting requests with room in the running
         batch are admitted as one prefill, otherwise the whole running batch decodes."""
-        if self._waiting and len(self._running) < self.cap:
+        if self._chunked is not None or (self._waiting and self._slots() > 0):
             await self._prefill()
         else:
             await self._decode()
@@ -484,10 +500,53 @@ class Engine:
             return True
         return False
 
+    def _slots(self) -> int:
+        """Room in the running batch (a request half-way through its prefill holds one)."""
+        return self.cap - len(self._running) - (self._chunked is not None)
+
+    def _take_prefill(self) -> tuple[list[GenRequest], int]:
+        """The requests of the next prefill forward and its prompt tokens (SGLang's
+        ``PrefillAdder``): the chunked request first, then the queue while slots and the token
+        budget last; the request cut at the budget becomes the chunked one."""
+        chunk = self.chunked_prefill_size
+        budget = chunk if chunk is not None else self.max_prefill_tokens
+        batch: list[GenRequest] = []
+        tokens = 0
+        going_on = self._chunked
+        self._chunked = None
+        if going_on is not None:
+            rest = going_on.prompt_tokens - going_on.prefilled
+            take = rest if chunk is None else min(rest, chunk)
+            going_on.prefilled += take
+            tokens += take
+            batch.append(going_on)
+            if going_on.prefilled < going_on.prompt_tokens:
+                self._chunked = going_on
+                return batch, tokens
+        # Slots: the batch's new requests join the running batch only after this forward.
+        admitted = len(batch)  # a chunked request finishing now holds its slot too
+        while self._waiting and self._slots() - admitted > 0 and tokens < budget:
+            req = self._waiting[0]
+            need = max(0, req.prompt_tokens)
+            if need > budget - tokens:
+                if chunk is None and batch:
+                    break  # chunking off: a long prompt waits for a batch of its own
+                if chunk is not None:
+                    self._waiting.popleft()
+                    req.prefilled = budget - tokens
+                    tokens = budget
+                    batch.append(req)
+                    self._chunked = req
+                    break
+            self._waiting.popleft()
+            req.prefilled = need
+            tokens += need
+            batch.append(req)
+            admitted += 1
+        return batch, tokens
+
     async def _prefill(self) -> None:
-        free = self.cap - len(self._running)
-        batch = [self._waiting.popleft() for _ in range(min(free, len(self._waiting)))]
-        new_tokens = sum(r.prompt_tokens for r in batch)
+        batch, new_tokens = self._take_prefill()
         self.log.scheduler(
             f"Prefill batch, #new-seq: {len(batch)}, #new-token: {new_tokens}, "
             f"#cached-token: 0, #token: {self.used_tokens}, "
@@ -502,7 +561,7 @@ class Engine:
         self._finished_iteration()
         now = self._now()
         for req in batch:
-            if req.aborted:
+            if req.aborted or req is self._chunked:
                 continue
             self._running.append(req)
             if req.max_new_tokens == 0:
@@ -518,8 +577,9 @@ class Engine:
         ctx = sum(r.ctx for r in running) / batch
         time_factor = sum(r.time_factor for r in running) / batch
         model = self._model_for(batch)
+        graph = self.graph_enabled and batch <= self.cuda_graph_max_bs
         try:
-            step_ms = model.step_ms(batch, ctx)
+            step_ms = model.step_ms(batch, ctx, graph=graph)
         except (DraftTreeError, NcclError) as exc:  # the scheduler process dies
             self.freeze(dead=True)
             if self.on_fatal is not None:

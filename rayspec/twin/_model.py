@@ -152,7 +152,14 @@ class PerfModel:
         ValueError: ``spec`` is not normalised (topk 1 with N ≠ k + 1, or values below 1).
     """
 
-    def __init__(self, profile: Profile, nccl: NcclSetup, spec: SpecSettings | None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        nccl: NcclSetup,
+        spec: SpecSettings | None,
+        *,
+        adaptive: bool = False,
+    ) -> None:
         if spec is not None:
             if spec.num_steps < 1 or spec.eagle_topk < 1 or spec.num_draft_tokens < 1:
                 raise ValueError(f"speculative settings must be >= 1, got {spec}")
@@ -164,6 +171,9 @@ class PerfModel:
         self.profile = profile
         self.nccl = nccl
         self.spec = spec
+        # Under --speculative-adaptive every iteration pays the controller (adaptive_ms), the
+        # tiers' plain decoding too (``with_steps(0)``).
+        self.adaptive = adaptive or (spec is not None and spec.adaptive)
         # Small LRU: one request keeps one ``mult`` for all its cycles.
         self._trees: collections.OrderedDict[float, DraftTree] = collections.OrderedDict()
         self._trees_lock = threading.Lock()
@@ -172,11 +182,11 @@ class PerfModel:
         """The same start drafting a ``steps`` chain (0: plain decoding): adaptive steps."""
         spec = self._require_spec()
         if steps == 0:
-            return PerfModel(self.profile, self.nccl, None)
+            return PerfModel(self.profile, self.nccl, None, adaptive=self.adaptive)
         chain = dataclasses.replace(
             spec, num_steps=steps, eagle_topk=1, num_draft_tokens=steps + 1, adaptive=False
         )
-        return PerfModel(self.profile, self.nccl, chain)
+        return PerfModel(self.profile, self.nccl, chain, adaptive=self.adaptive)
 
     # ---------------------------------------------------------------- forward pass
 
@@ -243,7 +253,17 @@ class PerfModel:
         )
         return s.D0_ms + spec.num_steps * per_step
 
-    def step_ms(self, batch: int = 1, ctx: float | None = None, mult: float = 1.0) -> float:
+    def eager_ms(self) -> float:
+        """What one decode iteration costs more outside a CUDA graph: the launch overhead of
+        the target forward and, with speculation, of each draft step (*Batching*)."""
+        extra = self.profile.forward.eager_ms
+        if self.spec is not None:
+            extra += self.spec.num_steps * self.profile.speculative.draft_eager_ms
+        return extra
+
+    def step_ms(
+        self, batch: int = 1, ctx: float | None = None, mult: float = 1.0, *, graph: bool = True
+    ) -> float:
         """One decode iteration (no speculation) or one EAGLE-3 cycle V + D, in ms.
 
         Args:
@@ -251,16 +271,21 @@ class PerfModel:
             ctx: mean context length of the running requests (None: the calibration context).
             mult: the request's acceptance multiplier. The cycle's cost does not depend on it in
                 the reference formulas; it is accepted so callers can pass one request's draw.
+            graph: the batch runs as a captured CUDA graph; False adds :meth:`eager_ms`.
 
         Raises:
             NcclNoAlgorithmError: the NCCL setup has no usable AllReduce algorithm.
             DraftTreeError: the draft-token budget does not fit the tree.
         """
         del mult  # cost is independent of acceptance
+        # Adaptive mode's controller (adaptive_ms) and eager launches are paid every iteration.
+        extra = (self.profile.speculative.adaptive_ms if self.adaptive else 0.0) + (
+            0.0 if graph else self.eager_ms()
+        )
         if self.spec is None:
-            return self.forward_ms(batch, batch, ctx)
+            return self.forward_ms(batch, batch, ctx) + extra
         self._check_tree()
-        return self.verify_ms(batch, ctx) + self.draft_ms(batch)
+        return self.verify_ms(batch, ctx) + self.draft_ms(batch) + extra
 
     # --------------------------------------------------------------- acceptance
 
@@ -337,6 +362,13 @@ class PerfModel:
         points*)."""
         u = self.profile.uncalibrated
         return u.prefill_base_ms + u.prefill_ms_per_token * max(0, prompt_tokens)
+
+    def chunked_prefill_ms(self, prompt_tokens: int, chunk: int | None) -> float:
+        """A prompt prefilled alone in forwards of at most ``chunk`` tokens (None: one)."""
+        if chunk is None or chunk < 1 or prompt_tokens <= chunk:
+            return self.prefill_ms(prompt_tokens)
+        full, rest = divmod(prompt_tokens, chunk)
+        return full * self.prefill_ms(chunk) + (self.prefill_ms(rest) if rest else 0.0)
 
     # ------------------------------------------------------------------------------ helpers
 

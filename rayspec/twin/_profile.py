@@ -188,6 +188,9 @@ class ForwardProfile:
     c_e_ms: float
     p_tok_ms: float
     flop_tok_ms: float
+    # [est] launch overhead of one target forward run eagerly (a decode batch above
+    # --cuda-graph-max-bs, or graphs off); absent: 0, eager costs what a graph does.
+    eager_ms: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +200,11 @@ class SpeculativeProfile:
     ``F_spec_no_overlap_ms``: F_spec with the speculative overlap scheduler off (topk 1,
     ``--disable-overlap-schedule``): the scheduler's CPU work is no longer hidden behind the
     GPU's. [est] everywhere: no field measurement; absent, it equals ``F_spec_ms``.
+
+    ``adaptive_ms``: what ``--speculative-adaptive`` adds to every decode iteration, plain
+    decoding (a tier at 0 steps) included: the controller reads each request's accepted drafts
+    back to the host and updates its tier's EMA before the next batch is planned. [est]: no
+    field measurement; absent, 0 (adaptive mode costs nothing).
     """
 
     F_spec_ms: float
@@ -204,6 +212,9 @@ class SpeculativeProfile:
     d_step_ms: float
     draft_collectives_per_step: int
     F_spec_no_overlap_ms: float | None = None
+    adaptive_ms: float = 0.0
+    # [est] launch overhead of one draft step run eagerly; absent: 0.
+    draft_eager_ms: float = 0.0
 
     def f_spec_ms(self, overlap: bool) -> float:
         if overlap or self.F_spec_no_overlap_ms is None:
@@ -623,6 +634,7 @@ def _forward(node: _Node) -> ForwardProfile:
         c_e_ms=node.get_float("c_e_ms"),
         p_tok_ms=node.get_float("p_tok_ms"),
         flop_tok_ms=node.get_float("flop_tok_ms"),
+        eager_ms=node.get_float("eager_ms") if node.has("eager_ms") else 0.0,
     )
     node.done()
     if out.W0_ms > out.C0_ms:
@@ -639,6 +651,8 @@ def _speculative(node: _Node) -> SpeculativeProfile:
         F_spec_no_overlap_ms=(
             node.get_float("F_spec_no_overlap_ms") if node.has("F_spec_no_overlap_ms") else None
         ),
+        adaptive_ms=node.get_float("adaptive_ms") if node.has("adaptive_ms") else 0.0,
+        draft_eager_ms=node.get_float("draft_eager_ms") if node.has("draft_eager_ms") else 0.0,
     )
     node.done()
     return out

@@ -147,6 +147,10 @@ class SimulatedServer:
         self.text_seed = model_seed(self.profile.name)
         self.corrupt = nccl.ll128_risk
         self.max_running = res.max_running_requests
+        self.graph_max_bs = int(res.args["cuda_graph_max_bs_decode"])
+        self.graph_enabled = bool(res.args.get("cuda_graph_decode_enabled", True))
+        self.chunked_prefill_size = int(res.args["chunked_prefill_size"])
+        self.max_prefill_tokens = int(ns.max_prefill_tokens)
         self.version: tuple[int, int, int] = ns.twin_version_tuple
         self.tp_size = int(ns.tp_size)
         self.model = PerfModel(self.profile, nccl, self.spec)
@@ -169,8 +173,9 @@ class SimulatedServer:
         cost = self._costs.get(steps)
         if cost is None:
             model = self.model if steps < 0 else self.model.with_steps(steps)
-            base = model.step_ms(1, 0.0)
-            slope = (model.step_ms(1, _CTX_PROBE) - base) / _CTX_PROBE
+            graph = self.graph_enabled and self.graph_max_bs >= 1
+            base = model.step_ms(1, 0.0, graph=graph)
+            slope = (model.step_ms(1, _CTX_PROBE, graph=graph) - base) / _CTX_PROBE
             cost = self._costs[steps] = (model, base, slope)
         return cost
 
@@ -191,7 +196,8 @@ class SimulatedServer:
         rng = random.Random(self.seed * 1_000_003 + self._index)
         self._index += 1
         start = self.noise.start_factor
-        ttft = self.model.prefill_ms(prompt_tokens) * start
+        chunk = self.chunked_prefill_size if self.chunked_prefill_size > 0 else None
+        ttft = self.model.chunked_prefill_ms(prompt_tokens, chunk) * start
         elapsed = ttft
         out = 1 if max_new_tokens > 0 else 0
         cycles = 0
@@ -244,6 +250,9 @@ class SimulatedServer:
             self.model, self.noise, quiet,
             max_running_requests=self.max_running, version=self.version, seed=self.seed,
             clock=clock, sleep=clock.sleep, adaptive=self.adaptive, first_index=self._index,
+            cuda_graph_max_bs=self.graph_max_bs, graph_enabled=self.graph_enabled,
+            chunked_prefill_size=self.chunked_prefill_size,
+            max_prefill_tokens=self.max_prefill_tokens,
         )  # fmt: skip
         served = serve_load(engine, clock, asks, concurrency)
         self._index += len(asks)

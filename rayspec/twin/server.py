@@ -462,6 +462,8 @@ class _Startup:
             max_total_tokens=max_total,
             cuda_graph_max_bs=int(res.args["cuda_graph_max_bs_decode"]),
             graph_enabled=bool(res.args.get("cuda_graph_decode_enabled", True)),
+            chunked_prefill_size=int(res.args["chunked_prefill_size"]),
+            max_prefill_tokens=int(ns.max_prefill_tokens),
             record_step_time=os.environ.get("SGLANG_RECORD_STEP_TIME", "").lower()
             in ("1", "true"),
             realtime=ns.twin_realtime,

@@ -67,10 +67,10 @@ def _client_record(send: bool, category: str) -> tuple[RequestRecord, dict[str, 
 
     async def go() -> RequestRecord:
         transport = httpx.MockTransport(handler)
+        # The wall clock: the canned chunks carry no twin clock.
         async with StreamClient(
-            "http://t.test", clock="twin", send_category=send, transport=transport
+            "http://t.test", send_category=send, transport=transport
         ) as client:
-            # concurrency 2: timed by the wall clock, so the canned chunks need no twin clock
             return await client.measure(
                 "p", 4, scenario="s", run=0, index=0, concurrency=2, category=category
             )

@@ -48,6 +48,7 @@ FIELDS = (
     "disable_overlap_schedule",
     "max_running_requests",
     "cuda_graph_max_bs_decode",
+    "chunked_prefill_size",
     "attention_backend",
     "mem_fraction_static",
     "tp_size",

@@ -55,6 +55,9 @@ SPACE_OVERRIDES = [
     "search.speculative.eagle_topk=[1,4]",
     "search.speculative.num_draft_tokens=[3,6,8]",
     "search.flags={--disable-custom-all-reduce: [on, off]}",
+    "search.scheduler.max_running_requests=[16,96]",
+    "search.scheduler.cuda_graph_max_bs=[8,16]",
+    "search.scheduler.chunked_prefill_size=[-1,2048]",
 ]
 CHAIN = {"spec.mode": "EAGLE3", "spec.num_steps": 2, "spec.eagle_topk": 1}
 
@@ -85,6 +88,26 @@ KINDS: dict[str, tuple[Callable[[ExperimentConfig], Candidate], list[str]]] = {
     "adaptive": (lambda cfg: _space_candidate(cfg, {"spec.mode": "EAGLE3-adaptive"}), []),
     # The speculative overlap scheduler off (0.5.23: --disable-overlap-schedule).
     "chain-overlap-off": (lambda cfg: _space_candidate(cfg, {**CHAIN, "spec.overlap": "off"}), []),
+    # Searched scheduler knobs (search.scheduler) replace server.*: a small graph cap under a
+    # large running cap, chunking off; and a searched running cap the graph cap follows.
+    "searched-knobs": (
+        lambda cfg: _space_candidate(
+            cfg,
+            {
+                **CHAIN,
+                "sched.max_running_requests": 96,
+                "sched.cuda_graph_max_bs": 8,
+                "sched.chunked_prefill_size": -1,
+            },
+        ),
+        [],
+    ),  # fmt: skip
+    "searched-running-cap": (
+        lambda cfg: _space_candidate(
+            cfg, {"sched.max_running_requests": 16, "sched.chunked_prefill_size": 2048}
+        ),
+        ["server.cuda_graph_max_bs=null"],
+    ),
     # rayspec's own caps, not SGLang's 48: the graph cap follows max_running_requests.
     "chain-own-caps": (
         lambda cfg: Candidate(spec=SpecSettings("EAGLE3", 3, 1, 4)),
@@ -144,6 +167,8 @@ def line_says(argv: Sequence[str], graph_flag: str) -> dict[str, Any]:
         "disable_overlap_schedule": "--disable-overlap-schedule" in argv,
         "speculative_algorithm": None,
     }
+    if "--chunked-prefill-size" in argv:
+        says["chunked_prefill_size"] = int(_value(argv, "--chunked-prefill-size"))
     if "--attention-backend" in argv:
         says["attention_backend"] = _value(argv, "--attention-backend")
     if "--mem-fraction-static" in argv:
@@ -156,6 +181,10 @@ def line_says(argv: Sequence[str], graph_flag: str) -> dict[str, Any]:
         says["speculative_num_draft_tokens"] = int(_value(argv, "--speculative-num-draft-tokens"))
         says["speculative_adaptive"] = "--speculative-adaptive" in argv
     return says
+
+
+def argv_count(argv: Sequence[str], flag: str) -> int:
+    return sum(1 for arg in argv if arg == flag)
 
 
 def _minimal(models: FakeModels, *flags: str) -> tuple[str, ...]:
@@ -225,8 +254,14 @@ def test_sglang_resolves_what_the_line_says(
     assert got == says
     # The caps are the ones rayspec pins, not SGLang's (48 with speculation, GPU tables).
     srv = line.cfg.server
-    assert got["max_running_requests"] == srv.max_running_requests
-    assert got["decode_graph_max_bs"] == (srv.cuda_graph_max_bs or srv.max_running_requests)
+    knobs = line.candidate.knobs
+    running = knobs.get("max_running_requests", srv.max_running_requests)
+    assert got["max_running_requests"] == running
+    graph_bs = knobs.get("cuda_graph_max_bs", srv.cuda_graph_max_bs or running)
+    assert got["decode_graph_max_bs"] == graph_bs
+    assert argv_count(line.argv, "--max-running-requests") == 1
+    if "chunked_prefill_size" in knobs:
+        assert got["chunked_prefill_size"] == knobs["chunked_prefill_size"]
     assert got["tp_size"] == srv.tp_size and got["host"] == srv.host and got["port"] == PORT
     spec = line.candidate.spec
     if spec is not None:

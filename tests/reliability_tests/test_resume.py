@@ -216,6 +216,67 @@ def test_killed_between_the_parquet_row_and_tell(tmp_path, monkeypatch) -> None:
     assert facts["rows"][2]["state"] == "COMPLETE" and not facts["retried_by"]
 
 
+def _slo_trial(cfg, number, candidate, **kwargs: Any) -> TrialResult:
+    """A measured trial with an SLO view (odd trials miss it), trial 3 a failed launch."""
+    del cfg, kwargs
+    now = time.time()
+    if number == 3:
+        return TrialResult(
+            trial=number, state="FAIL", value=None, candidate=candidate, launch=None,
+            metrics={}, requests=(), start_unix_s=now, end_unix_s=now,
+            failure=FailureReason.STARTUP_CRASH.value, failure_detail="exited at start",
+        )  # fmt: skip
+    value = 50.0 + number
+    violation = 0.25 if number % 2 else -0.5
+    return TrialResult(
+        trial=number, state="COMPLETE", value=value, candidate=candidate, launch=None,
+        metrics={"tok_s_mean": value, "goodput": value, "slo_violation": violation},
+        requests=(), start_unix_s=now, end_unix_s=now,
+    )  # fmt: skip
+
+
+def _constraints(cfg) -> dict[int, tuple[str, dict[str, float], float | None]]:
+    study = _load_optuna(cfg.storage_url, cfg.study.name)
+    return {t.number: (t.state.name, dict(t.constraints), t.value) for t in study.trials}
+
+
+@pytest.mark.parametrize("killed", [1, 3])
+def test_a_recovered_trial_gives_optuna_the_original_constraints(tmp_path, killed) -> None:
+    """A trial measured and stored but not told (the driver killed between the two) is told
+    from its Parquet row with the constraints the original tell sets: the SLO's (trial 1
+    misses it) and a failed configuration's (trial 3), so the resumed sampler ranks it as the
+    uninterrupted study's does."""
+    from rayspec.search import StudyHandle
+    from rayspec.tune import run_study
+
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "killed").mkdir()
+    whole = _cfg(tmp_path / "whole", 5)
+    run_study(whole, printer=_quiet, trial_fn=_slo_trial)
+    want = _constraints(whole)
+    assert want[1][1] == {"slo": 0.25} and want[3][1] == {"failed": 1.0}
+
+    cfg = _cfg(tmp_path / "killed", 5)
+    real_tell = StudyHandle.tell
+
+    def tell(self, trial, result):
+        if result.trial == killed and not getattr(tell, "done", False):
+            tell.done = True  # type: ignore[attr-defined]
+            raise Killed(f"killed after the row of trial {killed} was written")
+        return real_tell(self, trial, result)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(StudyHandle, "tell", tell)
+        with pytest.raises(Killed):
+            run_study(cfg, printer=_quiet, trial_fn=_slo_trial)
+    lines: list[str] = []
+    run_study(cfg, printer=lines.append, trial_fn=_slo_trial)
+    assert any(f"recovered trial {killed} from its Parquet row" in line for line in lines)
+    # Up to the kill both studies asked the same trials (after it a resumed sampler draws anew).
+    got = _constraints(cfg)
+    assert {n: got[n] for n in range(killed + 1)} == {n: want[n] for n in range(killed + 1)}
+
+
 @pytest.mark.parametrize("killed_at", ["interrupted row", "retry enqueue", "tell FAIL"])
 def test_killed_while_reconciling_an_interrupted_trial(tmp_path, monkeypatch, killed_at) -> None:
     """Each write of the reconciliation, killed just before it: the next driver repairs it."""

@@ -51,7 +51,8 @@ def test_the_front_is_exactly_the_undominated_points(points) -> None:
 
 
 def _trial(n: int, spec: SpecSettings | None, single: tuple[float, float],
-           c8: tuple[float, float], violation: float) -> TrialResult:  # fmt: skip
+           c8: tuple[float, float], violation: float,
+           c8_violation: float | None = None) -> TrialResult:  # fmt: skip
     records = tuple(
         RequestRecord(
             scenario=sc, run=0, index=i, concurrency=c, prompt_tokens=20, completion_tokens=100,
@@ -64,7 +65,8 @@ def _trial(n: int, spec: SpecSettings | None, single: tuple[float, float],
         launch=LAUNCH, requests=records, start_unix_s=1.0, end_unix_s=2.0,
         metrics={"tok_s_mean": single[0], "user_tok_s_mean": single[1],
                  "c8__tok_s_mean": c8[0], "c8__user_tok_s_mean": c8[1],
-                 "slo_violation": violation, "c8__slo_violation": violation},
+                 "slo_violation": violation,
+                 "c8__slo_violation": violation if c8_violation is None else c8_violation},
     )  # fmt: skip
 
 
@@ -97,3 +99,45 @@ def test_the_report_marks_the_front_over_configurations_and_loads(tmp_path) -> N
     text = render(data, [], root)
     assert "## Throughput against interactivity" in text
     assert "misses the SLO" in text  # trial 1's row in the configuration table
+
+
+def test_feasible_means_the_objective_scenario(tmp_path) -> None:
+    """A configuration that meets the SLO at the objective scenario's load and misses it at
+    another is feasible: it is picked over a faster one that misses it at the objective, and
+    the Pareto table says per load where it met it."""
+    root = str(tmp_path / "loads")
+    store = ParquetTrialStore(root, scenarios=["c8"])
+    trials = [
+        (_trial(0, None, (60.0, 62.0), (300.0, 40.0), -0.5), "baseline"),
+        (_trial(1, SpecSettings("EAGLE3", 3, 1, 4), (92.0, 95.0), (380.0, 50.0), 0.2, -0.3), ""),
+        (_trial(2, SpecSettings("EAGLE3", 2, 4, 6), (90.0, 93.0), (450.0, 45.0), -0.1, 0.4), ""),
+    ]
+    space = SearchSpace(modes=("off", "EAGLE3"), num_steps=(2, 3), eagle_topk=(1, 4),
+                        num_draft_tokens=(4, 6), nccl=(), flags=())  # fmt: skip
+    save_space(root, space)
+    for restart, (result, role) in enumerate(trials, 1):
+        assert result.value is not None
+        store.append_trial(TrialRecord(result, params=space.params_of(result.candidate),
+                                       role=role, restart=restart,
+                                       run_values=(result.value,)))  # fmt: skip
+    data = load_study_folder(root)
+    best = data.report.best
+    assert best is not None and best.trials == (2,) and best.feasible
+    rows = [line.split(" | ") for line in pareto_table(data)[2:]]
+    meets = {(r[0].strip("| "), r[2].split(" ")[0]): r[6].strip(" |") for r in rows}
+    assert meets[("2", "single")] == "yes" and meets[("2", "c8")] == "no"
+    assert meets[("1", "single")] == "no" and meets[("1", "c8")] == "yes"
+
+
+def test_the_plot_reads_the_points_from_the_pure_module() -> None:
+    """pareto.png and the report's table draw the same points (results/_pareto.py); the plots
+    module never imports the Markdown one, at the top or inside a function."""
+    import ast
+    import pathlib
+
+    import rayspec.report._plots as plots
+
+    tree = ast.parse(pathlib.Path(plots.__file__).read_text(encoding="utf-8"))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "rayspec.report._markdown" not in imported
+    assert "rayspec.results" in imported

@@ -99,3 +99,27 @@ def test_the_posterior_is_a_distribution_that_moves_with_the_starts() -> None:
     mode_quiet = max(quiet, key=lambda t: t[1])[0]
     mode_loud = max(loud, key=lambda t: t[1])[0]
     assert mode_quiet < 0.008 < 0.02 < mode_loud
+
+
+def test_the_expected_gain_of_a_start_falls_as_the_rival_gathers_starts() -> None:
+    """One more start of a rival tied with the pick: worth a lot on one start at 3 % start
+    noise, little on its third, less again at 1 %; nothing for a rival far below."""
+    from rayspec.search._posterior import Estimate
+    from rayspec.search._posterior import expected_gain
+
+    pick = Estimate(100.0, 0.017, 3, 30, 0.01)
+    var = 0.03**2 + 0.01**2 / 10
+
+    def rival(mean: float, starts: int, between: float = 0.03) -> Estimate:
+        return Estimate(mean, math.sqrt((between**2 + 0.01**2 / 10) / starts), starts, 10, 0.01)
+
+    one, three = expected_gain(rival(99.5, 1), pick, var), expected_gain(rival(99.5, 3), pick, var)
+    assert one > three > 0
+    assert one > 0.005  # half a percent: another start may well change the pick
+    quiet = expected_gain(rival(99.5, 3, 0.01), pick, 0.01**2 + 0.01**2 / 10)
+    assert quiet < three
+    assert expected_gain(rival(90.0, 1), pick, var) < 0.0005
+    # Symmetric in which side is above; no uncertainty, no gain.
+    above = Estimate(100.0 * 100.0 / 99.5, rival(99.5, 1).sd, 1, 10, 0.01)
+    assert math.isclose(expected_gain(above, pick, var), one, rel_tol=1e-9)
+    assert expected_gain(Estimate(99.5, 0.0, 1, 10, 0.01), pick, var) == 0.0

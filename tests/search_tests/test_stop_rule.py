@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from rayspec._config import load_config
 from rayspec._types import Candidate
+from rayspec._types import SpecSettings
 from rayspec._types import TrialState
 from rayspec.search import Observation
 from rayspec.search import SearchSpace
@@ -59,10 +60,15 @@ def test_a_flat_landscape_stops_with_its_number() -> None:
         search, observations = _drive(_flat, seed)
         assert len(observations) < BUDGET, f"seed {seed} never stopped"
         reason = search.stop_reason(observations)
-        # The rule is stated with the number it stopped on, below the threshold.
-        assert reason.startswith("converged: P(")
-        prob = float(reason.split(") = ")[1].split(" %")[0])
-        assert prob < 100 * search.stop_below
+        # The rule is stated with the number it stopped on, below the threshold: the likeliest
+        # rival's chance, or the most another restart is expected to gain the pick.
+        if reason.startswith("converged: P("):
+            prob = float(reason.split(") = ")[1].split(" %")[0])
+            assert prob < 100 * search.stop_below
+        else:
+            assert reason.startswith("converged: another restart is expected to gain the pick ")
+            gain = float(reason.split("gain the pick ")[1].split(" %")[0])
+            assert gain < 100 * search.gain_below
 
 
 def test_a_rising_landscape_does_not_stop_before_its_top() -> None:
@@ -90,3 +96,59 @@ def test_a_rival_likely_to_beat_the_pick_by_the_band_keeps_the_search_going() ->
     again = [o for o in observations if o.trial != rival.trial] + [lucky]
     proposal = search.propose(again)
     assert proposal is not None
+
+
+def _starts(first: int, cand: Candidate, level: float, offsets: list[float], role: str = ""
+            ) -> list[Observation]:  # fmt: skip
+    """One start per offset (relative), 10 quiet runs each (0.2 % apart)."""
+    return [
+        Observation(first + i, cand, TrialState.COMPLETE,
+                    tuple(level * (1 + off) * (1 + 0.002 * (j % 3 - 1)) for j in range(10)),
+                    role=role)
+        for i, off in enumerate(offsets)
+    ]  # fmt: skip
+
+
+def test_a_floor_duel_gets_more_starts_where_the_start_noise_is_three_times_the_prior() -> None:
+    """A tree 3 % above the enqueued floor, four starts each, starts 3 % apart: the floor's
+    97.5 % is out of reach, and before the duel stopped at four starts a side, which left the
+    pick on the floor for the rest of the budget (field3x/quick, 3 seeds of 20). Now each side
+    may be started until the measured noise could settle it; at the prior's 1 % the cap is
+    still four."""
+    space = SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+    search = StructuredSearch(space, None, token_bytes=1)
+    env = (("NCCL_PROTO", "LL"),)
+    floor = Candidate(nccl_env=env, spec=SpecSettings("EAGLE3", 2, 1, 3))
+    tree = Candidate(nccl_env=env, spec=SpecSettings("EAGLE3", 2, 4, 6))
+    swing = [0.03, -0.03, 0.03, -0.03]
+    obs = [
+        *_starts(0, Candidate(), 63.0, [0.0], role="baseline"),
+        *_starts(1, floor, 95.0, swing, role="enqueued[0]"),
+        *_starts(5, tree, 98.0, swing),
+    ]
+    view = search._view(obs, ())
+    assert view.noise.between > 0.02
+    choice = pick(view.points)
+    assert choice is not None and choice.point.candidate == floor
+    assert choice.best.candidate == tree
+    proposal = search._improve(view)
+    assert proposal is not None and proposal.reason.startswith("settle the best")
+    assert search.duel_starts(view.noise) > 4
+    quiet = weigh(_starts(0, tree, 98.0, [0.005, -0.005, 0.004, -0.004])).noise
+    assert search.duel_starts(quiet) == search.max_starts + 1
+
+
+def test_a_rival_worth_too_little_a_restart_stops_the_search_with_its_gain() -> None:
+    """The stop rule's second half: however likely a rival is to beat the pick by the band
+    (``stop_below`` 0: every rival counts), once no restart is expected to gain the pick
+    ``gain_below`` the search stops and says the expected gain it stopped on."""
+    space = SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+    _, observations = _drive(_flat, 1)
+    keen = StructuredSearch(space, None, token_bytes=1, stop_below=0.0, gain_below=0.0)
+    assert keen.propose(observations) is not None
+    content = StructuredSearch(space, None, token_bytes=1, stop_below=0.0, gain_below=0.5)
+    assert content.propose(observations) is None
+    reason = content.stop_reason(observations)
+    assert reason.startswith("converged: another restart is expected to gain the pick ")
+    gain = float(reason.split("gain the pick ")[1].split(" %")[0])
+    assert 0 <= gain < 50.0 and "though P(the likeliest" in reason

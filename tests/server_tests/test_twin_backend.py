@@ -84,3 +84,28 @@ def test_twin_failures_are_classified(tmp_path: Path, spec, env, expected) -> No
             backend.wait_ready(poll_s=0.2)
     assert err.value.reason is expected, err.value.log_tail
     assert err.value.returncode is not None
+
+
+def test_a_launch_file_is_written_on_the_node_and_read_by_the_twin(tmp_path: Path) -> None:
+    """A plan's tiers travel as ``LaunchSpec.files``: the node writes them beside the log and
+    passes the path after argv (no shell); the twin starts with them as SGLang would."""
+    import dataclasses
+    import json
+
+    from rayspec.server._command import tiers_json
+
+    base = twin_launch(tmp_path, steps=2, topk=1, ndt=3)
+    tiers = ((1, (2,)), (8, (0,)))
+    launch = dataclasses.replace(
+        base,
+        argv=(*base.argv, "--speculative-adaptive"),
+        files=(("--speculative-adaptive-config", tiers_json(tiers)),),
+    )
+    with TwinBackend(grace_s=2.0) as backend:
+        backend.start(launch)
+        info = backend.wait_ready(poll_s=0.2)
+    path = info["speculative_adaptive_config"]
+    assert path.startswith(str(tmp_path)) and path.endswith(".json")
+    with open(path, encoding="utf-8") as fh:
+        assert json.load(fh) == {"1": {"candidate_steps": [2]}, "8": {"candidate_steps": [0]}}
+    assert info["speculative_adaptive"] is True

@@ -93,3 +93,58 @@ def test_a_poisson_rung_is_not_a_tier_its_concurrency_is_only_a_cap(tmp_path) ->
     rows16 = (rows[0], dataclasses.replace(rows[1], per_scenario=(("c16", 500.0), ("r4", 500.0))))
     found = adaptive_tiers(closed, _report(*rows16))
     assert found is not None and set(found.tiers) == {"1", "16"}
+
+
+def test_the_plan_is_data_tiers_nccl_and_a_launch_that_carries_the_file(tmp_path) -> None:
+    """The plan: the tiers, the NCCL set of the best chain at the lowest load, the algorithm;
+    its launch carries the tiers as a file for the node, never as text in argv."""
+    from rayspec.results import PLAN_PARAM
+    from rayspec.results import Plan
+    from rayspec.results import candidate_reader
+    from rayspec.search import SearchSpace
+    from rayspec.server import build_launch
+
+    report = _report(
+        _row(0, None, 60.0, 700.0),
+        _row(1, SpecSettings("EAGLE3", 3, 1, 4), 93.0, 540.0),
+    )
+    cfg = _cfg(tmp_path)
+    found = adaptive_tiers(cfg, report)
+    assert found is not None
+    plan = found.plan
+    assert plan.tiers == ((1, (3,)), (16, (0,))) and plan.nccl_env == NCCL
+    assert plan.steps_at(1) == 3 and plan.steps_at(8) == 3 and plan.steps_at(64) == 0
+    assert Plan.from_json(plan.to_json()) == plan
+    cand = plan.candidate()
+    assert cand.spec == SpecSettings("EAGLE3", 3, 1, 4, adaptive=True)
+    assert cand.adaptive_tiers == plan.tiers and "tiers 1:3 16:0" in cand.label()
+    launch = build_launch(cfg, cand, port=30000, log_path="x.log")
+    assert "--speculative-adaptive" in launch.argv
+    assert "--speculative-adaptive-config" not in launch.argv
+    assert launch.files == ((
+        "--speculative-adaptive-config",
+        json.dumps({"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}}, indent=2)
+        + "\n",
+    ),)  # fmt: skip
+    # A stored verification trial reads back as the plan, whatever the space holds.
+    read = candidate_reader(SearchSpace.from_config(cfg.search))
+    assert read({PLAN_PARAM: plan.to_json()}) == cand
+
+
+def test_with_files_writes_beside_the_log_and_appends_flag_and_path(tmp_path) -> None:
+    from rayspec.server import build_launch
+    from rayspec.server._files import with_files
+
+    cfg = _cfg(tmp_path)
+    cand = Candidate(
+        spec=SpecSettings("EAGLE3", 2, 1, 3, adaptive=True), adaptive_tiers=((1, (2,)),)
+    )
+    launch = build_launch(cfg, cand, port=30000, log_path=str(tmp_path / "t.log"))
+    started = with_files(launch, str(tmp_path), "t")
+    flag, path = started.argv[-2:]
+    assert flag == "--speculative-adaptive-config" and started.files == ()
+    assert os.path.dirname(path) == str(tmp_path)
+    with open(path, encoding="utf-8") as fh:
+        assert json.load(fh) == {"1": {"candidate_steps": [2]}}
+    plain = build_launch(cfg, Candidate(), port=30000, log_path="x")
+    assert with_files(plain, str(tmp_path)) is plain

@@ -131,3 +131,26 @@ def test_overlap_off_costs_and_adaptive_follows_acceptance(tmp_path) -> None:
         for _ in range(10):
             server.generate(40, 300)
         assert server.adaptive is not None and server.adaptive.steps_for(1) == settled
+
+
+def test_adaptive_mode_costs_the_profiles_adaptive_ms_every_iteration() -> None:
+    """``speculative.adaptive_ms`` [est]: added to every iteration of an adaptive server, its
+    plain-decoding tiers included, and to nothing else."""
+    from rayspec import SpecSettings
+    from rayspec.twin import PerfModel
+    from rayspec.twin import load_profile
+    from rayspec.twin import resolve_nccl
+
+    profile = load_profile("kimi-k2.5-tp8-pcie")
+    extra = profile.speculative.adaptive_ms
+    assert extra == 0.15
+    nccl = resolve_nccl({"NCCL_PROTO": "LL"}, profile)
+    static = PerfModel(profile, nccl, SpecSettings("EAGLE3", 2, 1, 3))
+    adaptive = PerfModel(profile, nccl, SpecSettings("EAGLE3", 2, 1, 3, adaptive=True))
+    assert adaptive.step_ms(4) == pytest.approx(static.step_ms(4) + extra)
+    plain = PerfModel(profile, nccl, None)
+    assert adaptive.with_steps(0).step_ms(8) == pytest.approx(plain.step_ms(8) + extra)
+    assert adaptive.with_steps(3).step_ms(1) == pytest.approx(
+        static.with_steps(3).step_ms(1) + extra
+    )
+    assert static.with_steps(0).step_ms(8) == pytest.approx(plain.step_ms(8))

@@ -54,6 +54,8 @@ def sglang_argv(module: str, args: LaunchArgs) -> tuple[str, ...]:
     argv += [cuda_graph_flag(args.spelling_version), str(args.cuda_graph_max_bs)]
     if args.mem_fraction_static is not None:
         argv += ["--mem-fraction-static", f"{args.mem_fraction_static:g}"]
+    if args.chunked_prefill_size is not None:  # searched (search.scheduler); -1: chunking off
+        argv += ["--chunked-prefill-size", str(args.chunked_prefill_size)]
     if args.trust_remote_code:
         argv.append("--trust-remote-code")
     if args.enable_metrics:
