@@ -11,8 +11,11 @@ the problem says the answer is (the README's *How it searches*):
    cycle cost, fitted from every start's accept histogram and rate, propose the setting it
    predicts best while that is unmeasured (the measurement decides; one chain predicts chains
    on a prior cost slope, two chains trees too, on an even split of it); once a tree split
-   the cost, a ladder's rung it puts more than 5 % below the best is skipped, and its
-   prediction informs the unmeasured neighbours' chances. This goes before settling a duel
+   the cost, a ladder's rung it puts more than 5 % below the best is skipped, its
+   prediction informs the unmeasured neighbours' chances, and its ratio of a rival to the pick
+   (two trees or two chains) is pooled into every rival's chance to beat the pick, so a
+   setting measured once on an unlucky start that it puts above a lucky pick is started again
+   (trusted less where the measured settings scatter about it). This goes before settling a duel
    for the pick, which a setting predicted better than both would end; and when the first chain
    barely beats no speculation, no speculation with the screened NCCL set is measured at once.
    Chains, trees and the rest below fill in around it.
@@ -125,6 +128,12 @@ _MODEL_GAIN = 1.01
 # restart).
 _MODEL_SD = 0.03
 _MODEL_SKIP = 0.05
+# The split model's level errs by a few % (it is fitted to a few lucky or unlucky starts), but
+# its ratio of two settings of one kind (two trees, two chains) errs by well under 1 % on the
+# twin's nodes (two chains and one tree of the field node: 2-token trees 0.5 % apart, nvlink's
+# 1-2 %): pooled at this sd into a rival's gap to the pick (its chance to beat it), it restarts
+# a setting measured once on an unlucky start that the model puts above a lucky pick.
+_MODEL_REL_SD = 0.01
 _RUNS = 5  # the runs of a start the search has not made yet (the field protocol's repeats)
 
 
@@ -696,6 +705,10 @@ class StructuredSearch(Strategy):
         (the pick) by more than ``band``: the measured configurations below ``max_starts``
         and the unmeasured neighbours of the best few speculative ones."""
         out: list[_Rival] = []
+        model = self.online_model(view)
+        if model is not None and not model.costs.split:
+            model = None  # a tree's lower bound is no prediction of a neighbour
+        rel_sd = self._model_scatter(model, view)
         for p in view.points.values():
             # A pruned start is evidence, not a verdict: a point with only pruned starts may
             # still be started again if it could beat the pick.
@@ -705,7 +718,7 @@ class StructuredSearch(Strategy):
                 continue
             proposal = Proposal(p.candidate, f"re-measure a contender (trial {p.trials[0]})",
                                 repeat_of=p.trials[0])  # fmt: skip
-            risk = prob_better(p.estimate, ref.estimate, margin=self.band)
+            risk = self._risk(p.estimate, p.candidate, ref, model, view, rel_sd)
             runs = max(1.0, p.estimate.runs / max(1, p.estimate.starts))
             var = view.noise.between**2 + p.estimate.within**2 / runs
             gain = expected_gain(p.estimate, ref.estimate, var)
@@ -715,9 +728,6 @@ class StructuredSearch(Strategy):
         )
         specs.sort(key=lambda p: -p.estimate.log_mean)
         seen: set[str] = set()
-        model = self.online_model(view)
-        if model is not None and not model.costs.split:
-            model = None  # a tree's lower bound is no prediction of a neighbour
         for p in specs[:_EXPLORE_AROUND]:
             assert p.candidate.spec is not None
             for nb in self._neighbours(p.candidate.spec):
@@ -731,7 +741,11 @@ class StructuredSearch(Strategy):
                     e = p.estimate
                     predicted = Estimate(e.mean, math.hypot(e.sd, _NEIGHBOUR_SD), 0, 0, e.within)
                 tok_s = model.predict(nb) if model is not None else None
-                if tok_s is not None and tok_s > 0:
+                if (
+                    tok_s is not None
+                    and tok_s > 0
+                    and self._model_ratio(cand, ref, model, view) is None
+                ):
                     predicted = _pooled(predicted, tok_s, _MODEL_SD)
                 what = (
                     f"{plural(nb.num_steps, 'step')}, topk {nb.eagle_topk}, "
@@ -739,12 +753,84 @@ class StructuredSearch(Strategy):
                 )
                 what += "" if nb.overlap else ", overlap off"
                 what = nb.label() if nb.adaptive else what
-                risk = prob_better(predicted, ref.estimate, margin=self.band)
+                risk = self._risk(predicted, cand, ref, model, view, rel_sd)
                 proposal = Proposal(cand, f"explore next to the best: {what}")
                 var = view.noise.between**2 + view.noise.within**2 / _RUNS
                 gain = expected_gain(predicted, ref.estimate, var)
                 out.append(_Rival(risk, proposal, None, what, gain))
         return out
+
+    def _model_ratio(
+        self, cand: Candidate, ref: Point, model: OnlineModel | None, view: _View
+    ) -> float | None:
+        """The split model's log ratio of ``cand`` to the pick, where it predicts both at the
+        NCCL class it was fitted at (None elsewhere)."""
+        if model is None or cand.spec is None or ref.candidate.spec is None:
+            return None
+        if (cand.spec.eagle_topk == 1) != (ref.candidate.spec.eagle_topk == 1):
+            return None  # a chain against a tree rests on the fitted tree shape: less sure
+        tok: list[float] = []
+        for c in (cand, ref.candidate):
+            if c.spec is None or c.flags:
+                return None
+            if not self._same_class(
+                c.nccl_env, self.nccl_for(c.spec, view.banned, view.fallback_nccl)
+            ):
+                return None
+            t = model.predict(c.spec)
+            if t is None or t <= 0:
+                return None
+            tok.append(t)
+        return math.log(tok[0] / tok[1])
+
+    def _model_scatter(self, model: OnlineModel | None, view: _View) -> float:
+        """How far the measured settings sit from the model's ratios: the sd of their log
+        residuals about the model's level (their start noise included, so it errs wide), at
+        least ``_MODEL_REL_SD``. On a node whose starts scatter by 3-5 % (the deep drafter's) the
+        model, fitted to those starts, is trusted that much less."""
+        if model is None:
+            return _MODEL_REL_SD
+        residuals = []
+        for p in view.points.values():
+            spec = p.candidate.spec
+            if spec is None or p.candidate.flags or not p.complete:
+                continue
+            if not self._same_class(
+                p.candidate.nccl_env, self.nccl_for(spec, view.banned, view.fallback_nccl)
+            ):
+                continue
+            t = model.predict(spec)
+            if t is not None and t > 0:
+                residuals.append(p.estimate.log_mean - math.log(t))
+        if len(residuals) < 2:
+            return _MODEL_REL_SD
+        mean = sum(residuals) / len(residuals)
+        var = sum((r - mean) ** 2 for r in residuals) / (len(residuals) - 1)
+        return max(_MODEL_REL_SD, math.sqrt(var))
+
+    def _risk(
+        self,
+        est: Estimate,
+        cand: Candidate,
+        ref: Point,
+        model: OnlineModel | None,
+        view: _View,
+        rel_sd: float = _MODEL_REL_SD,
+    ) -> float:
+        """P(``cand`` beats the pick by more than ``band``): the measured (or surface) gap,
+        pooled with the split model's predicted gap (sd ``_MODEL_REL_SD``) where it predicts
+        both. The model's level errs by a few % but cancels in a ratio of neighbours, so it
+        restarts a setting measured once on an unlucky start that it puts above a lucky pick."""
+        gap = est.log_mean - ref.estimate.log_mean
+        var = est.sd**2 + ref.estimate.sd**2
+        ratio = self._model_ratio(cand, ref, model, view)
+        if ratio is not None:
+            w, wm = 1.0 / max(var, 1e-12), 1.0 / rel_sd**2
+            gap, var = (w * gap + wm * ratio) / (w + wm), 1.0 / (w + wm)
+        diff = gap - math.log1p(self.band)
+        if var <= 0:
+            return 1.0 if diff > 0 else 0.0
+        return 0.5 * math.erfc(-diff / math.sqrt(2.0 * var))
 
     def stop_reason(self, observations: Sequence[Observation]) -> str:
         """Why the search is done, with the number it stopped on."""

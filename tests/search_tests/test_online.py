@@ -318,3 +318,48 @@ def test_a_rung_unlikely_to_beat_the_pick_by_the_band_is_not_launched() -> None:
     assert SpecSettings("EAGLE3", 2, 4, 4) not in launched
     assert len(launched) <= 3, launched
     assert search.stop_reason(obs).startswith("converged: P(")
+
+
+def test_a_setting_the_split_model_puts_above_a_lucky_pick_is_started_again() -> None:
+    """Field node (runs with a 3 % spread, as the field protocol's), after two chains: the
+    6-token topk-2 tree measured 1.5 % lucky on both its starts is the pick; the 8-token topk-4
+    one, truly 1.8 % better, measured 1.5 % unlucky on its one start. On the measurements
+    alone it is unlikely to beat the pick by the band and the search stopped on the lucky
+    pick; the split model, whose level errs but whose ratio of two trees does not, puts it
+    ahead, so it is started again before the search stops."""
+    spread = (0.96, 1.02, 0.99, 1.04, 0.99)
+
+    def noisy(o: Observation, scale: float) -> Observation:
+        runs = tuple(scale * v * f for v, f in zip(o.runs, spread, strict=True))
+        return Observation(o.trial, o.candidate, o.state, runs=runs,
+                           accept_histogram=o.accept_histogram)  # fmt: skip
+
+    obs = [noisy(o, 1.0) for o in _starts(0, None, 61.0, None, role="baseline")]
+    obs += [noisy(o, 1.0) for o in _field_chain(10, 2) + _field_chain(20, 3)]
+    lucky, unlucky = SpecSettings("EAGLE3", 2, 2, 6), SpecSettings("EAGLE3", 2, 4, 8)
+    obs += [noisy(o, 1.015) for o in _field_tree(30, lucky)]
+    obs += [noisy(o, 0.985) for o in _field_tree(40, unlucky)[:1]]
+    off = Candidate(nccl_env=TUNED, spec=None)  # no speculation with the tuned set: below
+    obs += [noisy(Observation(50 + i, off, TrialState.COMPLETE, runs=(70.0,) * 5), 1.0)
+            for i in (0, 1)]  # fmt: skip
+    search = _search()
+    reasons: list[str] = []
+    while len(reasons) < 10:
+        proposal = search.propose(obs)
+        if proposal is None:
+            break
+        reasons.append(proposal.reason)
+        if proposal.repeat_of == 40:
+            break
+        trial = 100 + 10 * len(reasons)
+        spec = proposal.candidate.spec
+        if spec is not None and spec.eagle_topk > 1 and proposal.repeat_of is None:
+            obs += [noisy(o, 1.0) for o in _field_tree(trial, spec)[:1]]  # at its truth
+        else:  # a repeat keeps its luck; no speculation and a chain are well below the trees
+            prior = next((o for o in obs if o.trial == proposal.repeat_of), None)
+            runs = prior.runs if prior is not None else (70.0 if spec is None else 80.0,) * 5
+            hist = prior.accept_histogram if prior is not None else None
+            obs.append(Observation(trial, proposal.candidate, TrialState.COMPLETE, runs=runs,
+                                   accept_histogram=hist))  # fmt: skip
+    assert proposal is not None and proposal.repeat_of == 40, (reasons, search.stop_reason(obs))
+    assert proposal.candidate.spec == unlucky
