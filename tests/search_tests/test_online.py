@@ -280,17 +280,36 @@ def test_a_ladder_rung_the_split_model_rules_out_is_not_launched() -> None:
                         runs=(60.0,) * 5)]  # fmt: skip
 
 
-def test_one_chain_proposes_the_models_deeper_chain_at_once() -> None:
+def test_one_chain_proposes_the_models_deep_setting_at_once() -> None:
     """The dense NVLink node after the baseline and ONE chain (2 steps): the chain's
-    acceptance at each depth and the prior slope put a deep chain well above it, launched next
-    (the old search climbed the chain ladder one rung at a time: 3 steps)."""
+    acceptance at each depth and the prior slope, split evenly between verify width and draft
+    steps, put a deep setting well above it, launched next (the old search climbed the chain
+    ladder one rung at a time: 3 steps). It is a tree: one chain predicts trees too."""
     obs = _starts(0, None, 180.0, None, role="baseline")
     obs += _field_chain(10, 2, "h200-nvlink-tp8-dense")
     proposal = _search().propose(obs)
     assert proposal is not None
     assert proposal.reason.startswith("the online model's best"), proposal.reason
     spec = proposal.candidate.spec
-    assert spec is not None and spec.eagle_topk == 1 and spec.num_steps >= 5
+    assert spec is not None and spec.num_steps >= 5 and spec.eagle_topk > 1
+
+
+def test_one_chain_and_one_tree_fit_the_even_split_not_one_slope() -> None:
+    """A chain at one depth and a tree are two designs for three cost terms: either slope alone
+    fits them exactly, so the model keeps the even split (its slope fitted to both) and does
+    not claim to have parted verify width from draft steps."""
+    chain = SpecSettings("EAGLE3", 2, 1, 3)
+    tree = SpecSettings("EAGLE3", 2, 4, 8)
+    hist = (10, 20, 30)  # verify steps that accepted 0, 1, 2 drafts
+    rate = 1000.0 * mean_accept_length(hist)  # tok/s x cycle ms
+    measured = [Measured(chain, rate / 30.0, hist), Measured(tree, rate / 34.0, hist)]
+    costs = fit_costs(measured)
+    assert costs is not None and not costs.split and not costs.prior
+    # c0 + s (w + k) / 2: chain (2 + 2) / 2 = 2, tree (7 + 2) / 2 = 4.5 -> s = 4 / 2.5
+    assert costs.beta == pytest.approx(4.0 / 2.5)
+    assert costs.cycle_ms(chain) == pytest.approx(30.0) and costs.cycle_ms(tree) == pytest.approx(
+        34.0
+    )
 
 
 def test_a_rung_unlikely_to_beat_the_pick_by_the_band_is_not_launched() -> None:
