@@ -529,9 +529,11 @@ def plot_pareto(data: StudyData, path: str) -> Plot:
         for hollow in (False, True):
             sel = [p for p in mine if (not p.feasible) is hollow]
             if sel:
+                # Each group is labelled: a load where every point missed the SLO still shows.
+                label = f"{sc}, missed study.slo" if hollow else sc
                 ax.scatter([p.user_tok_s for p in sel], [p.tok_s_per_gpu for p in sel], s=28,
                            facecolors="none" if hollow else color, edgecolors=color,
-                           label=None if hollow else sc)  # fmt: skip
+                           label=label)  # fmt: skip
     front = sorted((p for p in points if p.on_front), key=lambda p: p.user_tok_s)
     ax.plot([p.user_tok_s for p in front], [p.tok_s_per_gpu for p in front], color=PICK_COLOR,
             lw=1.2, marker="o", ms=11, mfc="none", label="Pareto front")  # fmt: skip

@@ -139,3 +139,28 @@ def _stored(root: str, store: ParquetTrialStore, trials: list) -> StudyData:  # 
                                        role=role, restart=restart,
                                        run_values=(result.value,)))  # fmt: skip
     return load_study_folder(root)
+
+
+def test_a_load_where_every_point_missed_the_slo_is_still_in_the_legend(
+    tmp_path, monkeypatch
+) -> None:
+    """Every configuration misses the SLO at c8 (hollow markers only): the plot's legend still
+    names c8, and says the hollow points missed the SLO."""
+    from rayspec.report import _plots
+
+    root = str(tmp_path / "legend")
+    store = ParquetTrialStore(root, scenarios=["c8"])
+    trials = [
+        (_trial(0, None, (60.0, 62.0), (300.0, 40.0), -0.5, 0.3), "baseline"),
+        (_trial(1, SpecSettings("EAGLE3", 3, 1, 4), (92.0, 95.0), (380.0, 50.0), -0.2, 0.4), ""),
+    ]
+    data = _stored(root, store, trials)
+    seen: list[list[str]] = []
+
+    def keep(fig, path):  # type: ignore[no-untyped-def]
+        seen.append([t.get_text() for t in fig.axes[0].get_legend().get_texts()])
+        return path
+
+    monkeypatch.setattr(_plots, "_save", keep)
+    plot_pareto(data, str(tmp_path / "pareto.png"))
+    assert seen and "c8, missed study.slo" in seen[0] and "single" in seen[0], seen
