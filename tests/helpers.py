@@ -77,3 +77,17 @@ def prometheus_exporter(text: str) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def single_and_c8_requests() -> tuple[Any, ...]:
+    """One trial's requests at two scenarios: one at concurrency 1 (``single``), eight at 8
+    (``c8``), each 100 tokens in 1 s (the report tests' load fixtures)."""
+    from rayspec import RequestRecord
+
+    return tuple(
+        RequestRecord(
+            scenario=sc, run=0, index=i, concurrency=c, prompt_tokens=20, completion_tokens=100,
+            ttft_ms=50.0, e2e_ms=1000.0, itl_ms=(), start_unix_s=1.0,
+        )
+        for sc, c in (("single", 1), ("c8", 8)) for i in range(c)
+    )  # fmt: skip

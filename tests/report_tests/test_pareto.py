@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from rayspec import Candidate
 from rayspec import LaunchSpec
-from rayspec import RequestRecord
 from rayspec import SpecSettings
 from rayspec import TrialRecord
 from rayspec import TrialResult
@@ -24,6 +23,7 @@ from rayspec.results import pareto_front
 from rayspec.results import save_space
 from rayspec.search import SearchSpace
 from rayspec.store import ParquetTrialStore
+from tests.helpers import single_and_c8_requests
 
 LAUNCH = LaunchSpec(
     argv=("python", "-m", "sglang.launch_server", "--port", "30000"), env=(), host="127.0.0.1",
@@ -54,13 +54,7 @@ def test_the_front_is_exactly_the_undominated_points(points) -> None:
 def _trial(n: int, spec: SpecSettings | None, single: tuple[float, float],
            c8: tuple[float, float], violation: float,
            c8_violation: float | None = None) -> TrialResult:  # fmt: skip
-    records = tuple(
-        RequestRecord(
-            scenario=sc, run=0, index=i, concurrency=c, prompt_tokens=20, completion_tokens=100,
-            ttft_ms=50.0, e2e_ms=1000.0, itl_ms=(), start_unix_s=1.0,
-        )
-        for sc, c in (("single", 1), ("c8", 8)) for i in range(c)
-    )  # fmt: skip
+    records = single_and_c8_requests()
     return TrialResult(
         trial=n, state=TrialState.COMPLETE, value=single[0], candidate=Candidate(spec=spec),
         launch=LAUNCH, requests=records, start_unix_s=1.0, end_unix_s=2.0,

@@ -6,7 +6,6 @@ import os
 
 from rayspec import Candidate
 from rayspec import LaunchSpec
-from rayspec import RequestRecord
 from rayspec import SpecSettings
 from rayspec import TrialRecord
 from rayspec import TrialResult
@@ -17,6 +16,7 @@ from rayspec.report._plots import scenario_values
 from rayspec.results import save_space
 from rayspec.search import SearchSpace
 from rayspec.store import ParquetTrialStore
+from tests.helpers import single_and_c8_requests
 
 LAUNCH = LaunchSpec(
     argv=("python", "-m", "sglang.launch_server", "--port", "30000"), env=(), host="127.0.0.1",
@@ -25,13 +25,7 @@ LAUNCH = LaunchSpec(
 
 
 def _trial(n: int, spec: SpecSettings | None, single: list[float], c8: float) -> TrialResult:
-    records = tuple(
-        RequestRecord(
-            scenario=sc, run=0, index=i, concurrency=c, prompt_tokens=20, completion_tokens=100,
-            ttft_ms=50.0, e2e_ms=1000.0, itl_ms=(), start_unix_s=1.0,
-        )
-        for sc, c in (("single", 1), ("c8", 8)) for i in range(c)
-    )  # fmt: skip
+    records = single_and_c8_requests()
     mean = sum(single) / len(single)
     return TrialResult(
         trial=n, state=TrialState.COMPLETE, value=mean, candidate=Candidate(spec=spec),
