@@ -343,6 +343,15 @@ def plan_verdict(
     return PlanVerdict(plan, tuple(r.trial for r in mine), tuple(checks), ok, why, cost)
 
 
+def _same_nccl(
+    a: tuple[tuple[str, str], ...],
+    b: tuple[tuple[str, str], ...],
+    equivalent: Equivalence | None,
+) -> bool:
+    """The same NCCL set, or (with the screen's classes) one of the same class."""
+    return a == b if equivalent is None else equivalent(a) == equivalent(b)
+
+
 def _runs_setting(
     candidate: Candidate, plan: Plan, steps: int, equivalent: Equivalence | None
 ) -> bool:
@@ -350,11 +359,7 @@ def _runs_setting(
     speculation at 0) with the plan's NCCL set (or one of its screen class)."""
     if candidate.server_settings or candidate.adaptive_tiers or candidate.flags:
         return False
-    same_nccl = (
-        candidate.nccl_env == plan.nccl_env
-        if equivalent is None
-        else equivalent(candidate.nccl_env) == equivalent(plan.nccl_env)
-    )
+    same_nccl = _same_nccl(candidate.nccl_env, plan.nccl_env, equivalent)
     spec = candidate.spec
     if spec is None:
         return same_nccl and steps == 0
@@ -384,12 +389,7 @@ def _cost(
     spec = best.candidate.spec
     if spec is not None and (spec.eagle_topk != 1 or spec.adaptive):
         return ()
-    same = (
-        best.candidate.nccl_env == plan.nccl_env
-        if equivalent is None
-        else equivalent(best.candidate.nccl_env) == equivalent(plan.nccl_env)
-    )
-    if not same:
+    if not _same_nccl(best.candidate.nccl_env, plan.nccl_env, equivalent):
         return ()
     steps = spec.num_steps if spec is not None else 0
     return tuple(
