@@ -602,6 +602,8 @@ class StudyRun:
     # A goodput case: whether the final pick truly meets the SLO, and whether it measured so.
     final_meets: bool | None = None
     final_feasible: bool | None = None
+    # The pick's label after 1..budget restarts (``--per-seed``).
+    pick_labels: tuple[str, ...] = ()
 
 
 def one_study(
@@ -652,6 +654,7 @@ def one_study(
     roles = {r.trial: r.role for r in records if r.role}
     launches = [r.trial for r in records if r.launched]
     picks: list[float] = []
+    labels: list[str] = []
     load_picks: list[tuple[float, ...]] = []
     plan_picks: list[tuple[float, ...]] = []
     loads = LADDER_CASES.get(case, ())
@@ -662,6 +665,7 @@ def one_study(
             subset, roles, start_noise=cfg.study.start_noise, equivalent=equivalent
         )
         picks.append(case_truth(case, report.best.candidate) if report.best else 0.0)
+        labels.append(report.best.candidate.label() if report.best else "-")
         if case in LADDER_CASES:
             load_picks.append(ladder_picks(case, report))
             found = adaptive_tiers(cfg, report)
@@ -696,7 +700,7 @@ def one_study(
         time.monotonic() - t0, peak, tuple(load_picks), tuple(plan_picks), verified,
         verified_at, static_final, recommended,
         truly_meets_slo(case, final.candidate) if final else None,
-        final.feasible if final else None,
+        final.feasible if final else None, tuple(labels),
     )  # fmt: skip
 
 
@@ -795,6 +799,37 @@ def print_table(
         value, best = optimum_at(case)
         print(f"optimum {case}: {value:.2f} tok/s (true, noise-free) at {best.label()}; "
               f"floor {floor_of(case):.2f}")  # fmt: skip
+
+
+def per_seed_lines(case: str, studies: list[StudyRun]) -> list[str]:
+    """One line per seed: first restart within 1 %, where it stopped, its final share of the
+    optimum, restarts truly below the floor, and each change of the pick (restart: label
+    share)."""
+    opt = optimum(case)
+    lines = []
+    for s in sorted(studies, key=lambda s: s.seed):
+        hit = next((i + 1 for i, v in enumerate(s.picks) if v >= 0.99 * opt), None)
+        dips = [i + 1 for i, v in enumerate(s.picks) if i > 0 and v < s.floor - 1e-9]
+        path, last = [], None
+        for i, (value, label) in enumerate(zip(s.picks, s.pick_labels, strict=False)):
+            if label != last:
+                path.append(f"{i + 1}: {label} {100 * value / opt:.1f} %")
+                last = label
+        lines.append(
+            f"seed {s.seed}: to 1 % {hit if hit else 'never'}, stopped after {s.used}, "
+            f"final {100 * s.picks[-1] / opt:.1f} %"
+            + (f", below floor at {dips}" if dips else "")
+            + " | "
+            + "; ".join(path)
+        )
+    return lines
+
+
+def print_per_seed(grouped: dict[tuple[str, str], list[StudyRun]]) -> None:
+    for (case, strategy), studies in grouped.items():
+        print(f"\n{case} / {strategy}, per seed:")
+        for line in per_seed_lines(case, studies):
+            print(f"  {line}")
 
 
 def _first_within(
@@ -1004,6 +1039,10 @@ def parser() -> argparse.ArgumentParser:
         "--confirm", action="store_true", help="also run one study through the HTTP twin"
     )
     p.add_argument("--confirm-budget", type=int, default=12)
+    p.add_argument(
+        "--per-seed", action="store_true",
+        help="also print each seed's pick path: restart, pick, its true share of the optimum",
+    )  # fmt: skip
     return p
 
 
@@ -1071,6 +1110,8 @@ def main(argv: list[str] | None = None) -> int:
     print_ladder(grouped)
     print_plan(grouped)
     print_goodput(grouped)
+    if args.per_seed:
+        print_per_seed(grouped)
     for error in errors:
         print(f"ERROR {error}")
     if args.confirm:
