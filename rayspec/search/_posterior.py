@@ -37,7 +37,6 @@ __all__ = [
     "estimate",
     "estimate_noise",
     "expected_gain",
-    "point_within",
     "prob_better",
 ]
 
@@ -124,10 +123,7 @@ def _pooled_within(groups: Mapping[str, Sequence[Start]]) -> float:
     return math.sqrt(ss / df) if df > 0 else 0.02
 
 
-def point_within(starts: Sequence[Start], pooled: float) -> float:
-    """A point's relative sd of one run: its own runs' variance shrunk towards ``pooled``
-    (worth ``_WITHIN_PRIOR_DF`` runs), so five runs that agree by chance do not pass for a
-    quiet configuration."""
+def _point_within(starts: Sequence[Start], pooled: float) -> float:
     ss, df = _within_var(starts)
     var = (ss + _WITHIN_PRIOR_DF * pooled**2) / (df + _WITHIN_PRIOR_DF)
     return max(math.sqrt(var), _MIN_WITHIN)
@@ -179,7 +175,7 @@ def between_posterior(
         used = [s for s in starts if s.logs]
         if len(used) < 2:
             continue
-        within = point_within(used, pooled)
+        within = _point_within(used, pooled)
         repeated.append([(sum(s.logs) / len(s.logs), within**2 / len(s.logs)) for s in used])
     centre = math.log(prior_between)
     logpost = [
@@ -231,7 +227,7 @@ def estimate(starts: Sequence[Start], noise: Noise) -> Estimate | None:
     used = [s for s in starts if s.logs]
     if not used:
         return None
-    within = point_within(used, noise.within)
+    within = _point_within(used, noise.within)
     weight_sum, weighted = 0.0, 0.0
     for s in used:
         logs = s.logs

@@ -80,7 +80,6 @@ from rayspec.search._posterior import Noise
 from rayspec.search._posterior import Start
 from rayspec.search._posterior import estimate
 from rayspec.search._posterior import expected_gain
-from rayspec.search._posterior import point_within
 from rayspec.search._posterior import prob_better
 from rayspec.search._space import FLAG_OFF
 from rayspec.search._space import FLAG_ON
@@ -1026,18 +1025,15 @@ def wants_more_runs(
     """Whether a trial that finished its planned runs should measure more on the same start.
 
     More runs cost seconds, a restart minutes: a start close to the best (or a floor, or a
-    re-launch of a contender) keeps measuring while the standard error of its mean (the run
-    noise of :func:`~rayspec.search._posterior.point_within`) is still above 0.6 of the
-    between-start noise, past which only another start helps much.
+    re-launch of a contender) keeps measuring while its own run noise is still above half the
+    between-start noise (0.6 of it), past which only another start helps much.
     """
     logs = [math.log(v) for v in runs if v > 0 and math.isfinite(v)]
     if len(logs) < 2:
         return False
     mean = sum(logs) / len(logs)
-    # The run noise is the start's own, shrunk towards the study's pooled one: the sd of five
-    # runs alone is itself noisy, and five runs that agree by chance (1.5 % sd where the
-    # configuration's runs vary by 10 %) stopped a start measured 7 % lucky at five runs.
-    se = point_within([Start(-1, tuple(runs))], noise.within) / math.sqrt(len(logs))
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    se = sd / math.sqrt(len(logs))
     if se <= 0.6 * noise.between:
         return False
     if floor or key in points:

@@ -7,8 +7,6 @@ import random
 
 import pytest
 
-from rayspec.search import wants_more_runs
-from rayspec.search._posterior import Noise
 from rayspec.search._posterior import Start
 from rayspec.search._posterior import between_posterior
 from rayspec.search._posterior import estimate
@@ -125,14 +123,3 @@ def test_the_expected_gain_of_a_start_falls_as_the_rival_gathers_starts() -> Non
     above = Estimate(100.0 * 100.0 / 99.5, rival(99.5, 1).sd, 1, 10, 0.01)
     assert math.isclose(expected_gain(above, pick, var), one, rel_tol=1e-9)
     assert expected_gain(Estimate(99.5, 0.0, 1, 10, 0.01), pick, var) == 0.0
-
-
-def test_five_runs_that_agree_by_chance_still_measure_more_on_a_noisy_node() -> None:
-    # A start whose five runs agree within 1.5 % on a node whose runs vary by 5 % (pooled):
-    # its mean is not known to 0.7 %, so the start keeps measuring (up to bench.max_repeats)
-    # instead of standing on five lucky runs.
-    runs = [102.1, 100.2, 100.3, 103.8, 100.9]
-    noisy = Noise(within=0.05, between=0.016, between_df=3.0)
-    assert wants_more_runs(runs, {}, noisy, key="k", floor=True)
-    quiet = Noise(within=0.005, between=0.016, between_df=3.0)
-    assert not wants_more_runs(runs, {}, quiet, key="k", floor=True)
