@@ -68,7 +68,7 @@ Usage::
 
     python benchmarks/search_efficiency.py [--seeds 20] [--budget 40] [--jobs 2]
         [--strategies structured,tpe,random] [--cases field/quick,field/full,...]
-        [--noise-scale 1] [--start-noise-scale 1] [--slots 1] [--confirm]
+        [--noise-scale 1] [--start-noise-scale 1] [--slots 1] [--confirm] [--per-seed]
 
 The truth of a configuration that never starts is 0: its first collective hangs (P2P on a
 ``p2p_broken`` node), NCCL refuses a variable at init, no AllReduce algorithm is left, or the
