@@ -39,11 +39,14 @@ from tests.twin_tests.test_simulate_load import _quiet_profile
 STREAMS = 4
 TOKENS = 48
 CLIENT_STALL_S = 0.03  # per chunk read: a loaded host, as seen by the client
+WAVE_ATTEMPTS = 4  # fresh twins until one admits the wave in one prefill batch
+STEPS = 2
+WALL_ITL_MS = STREAMS * CLIENT_STALL_S * 1000.0 / (STEPS + 1)
 
 
 def test_a_slow_client_does_not_change_what_a_twin_run_measures(tmp_path, monkeypatch) -> None:
     cfg = load_config(TWIN_EXPERIMENT, [f"server.twin.profile={_quiet_profile(str(tmp_path))}"])
-    cand = Candidate(nccl_env=LL_SYS, spec=SpecSettings("EAGLE3", 2, 1, 3))
+    cand = Candidate(nccl_env=LL_SYS, spec=SpecSettings("EAGLE3", STEPS, 1, STEPS + 1))
     args, env = _http_args(cfg, cand, trial=3)
     sc = Scenario(name="c4", concurrency=STREAMS, requests_per_run=STREAMS, max_tokens=TOKENS)
     asks = [request_input(sc, 0, i) for i in range(STREAMS)]
@@ -66,31 +69,40 @@ def test_a_slow_client_does_not_change_what_a_twin_run_measures(tmp_path, monkey
 
     monkeypatch.setattr(StreamClient, "_on_chunk", stalled)
     plan = BenchPlan(scenarios=(sc,), warmup=0, repeats=1, clock="twin")
-    with TwinProcess(args, env=env) as twin:
-        twin.wait_ready()
-        before = twin.log().count("Prefill batch")
-        result = run_benchmark_detailed(twin.base_url, plan)
-        batches = twin.log().count("Prefill batch") - before
-    records = [r for r in result.records if r.run == 0]
-    assert len(records) == STREAMS and all(r.ok for r in records)
-    assert all(r.sim_start_s is not None for r in records)
-    stats = summarize(records, "c4")
-    slo_view = slo_metrics(records, slo, "c4")
-    seen = f"{batches} prefill batches; model TTFT {model_ttft}, ITL {model_itl}; got {stats}"
-    # Every request met the SLO on the twin's clock: goodput is the whole throughput.
-    assert slo_view["slo_met_frac"] == 1.0, seen
-    assert slo_view["goodput"] == pytest.approx(stats["tok_s_mean"], rel=1e-12), seen
-    assert max(request_itl_p99(r) for r in records) <= slo["itl_p99_ms"], seen
-    if batches == 1:  # the wave reached the engine together: the model's numbers exactly
-        assert stats["ttft_ms_mean"] == pytest.approx(model_ttft, rel=1e-9), seen
-        assert stats["itl_ms_mean"] == pytest.approx(model_itl, rel=1e-9), seen
-        # tok/s spans the run from its first arrival: on a loaded host that arrival can reach
-        # the twin microseconds later than the in-process wave's (seen: 5e-7 of the span).
-        assert stats["tok_s_mean"] == pytest.approx(run_tok_s(_as_records(served)), rel=1e-4)
-    else:  # admitted in k prefills: at most k - 1 more whole-wave prefills of waiting
+    # On a loaded host the four sends can reach the twin around its first prefill, which then
+    # admits the wave in two batches: the model's figures are then those of another schedule.
+    # A fresh twin (the same request numbering, so the same draws) gets the wave again; the
+    # exact comparison needs one attempt whose wave came together.
+    for _attempt in range(WAVE_ATTEMPTS):
+        with TwinProcess(args, env=env) as twin:
+            twin.wait_ready()
+            before = twin.log().count("Prefill batch")
+            result = run_benchmark_detailed(twin.base_url, plan)
+            batches = twin.log().count("Prefill batch") - before
+        records = [r for r in result.records if r.run == 0]
+        assert len(records) == STREAMS and all(r.ok for r in records)
+        assert all(r.sim_start_s is not None for r in records)
+        stats = summarize(records, "c4")
+        slo_view = slo_metrics(records, slo, "c4")
+        seen = f"{batches} prefill batches; model TTFT {model_ttft}, ITL {model_itl}; got {stats}"
+        # Every request met the SLO on the twin's clock: goodput is the whole throughput.
+        assert slo_view["slo_met_frac"] == 1.0, seen
+        assert slo_view["goodput"] == pytest.approx(stats["tok_s_mean"], rel=1e-12), seen
+        assert max(request_itl_p99(r) for r in records) <= slo["itl_p99_ms"], seen
+        # The slowed client reads a stream's chunks about STREAMS stalls apart, at most
+        # steps + 1 tokens a chunk: a wall clock would show WALL_ITL_MS a token or more.
+        assert stats["itl_ms_mean"] < WALL_ITL_MS / 2, seen
+        if batches == 1:  # the wave reached the engine together: the model's numbers exactly
+            assert stats["ttft_ms_mean"] == pytest.approx(model_ttft, rel=1e-9), seen
+            assert stats["itl_ms_mean"] == pytest.approx(model_itl, rel=1e-9), seen
+            # tok/s spans the run from its first arrival: on a loaded host that arrival can
+            # reach the twin microseconds later than the in-process wave's (seen: 5e-7).
+            assert stats["tok_s_mean"] == pytest.approx(run_tok_s(_as_records(served)), rel=1e-4)
+            return
+        # Admitted in k prefills: at most k - 1 more whole-wave prefills of waiting.
         extra = (batches - 1) * prefill_ms
         assert model_ttft <= stats["ttft_ms_mean"] + 1e-6 <= model_ttft + extra + 1e-6, seen
-        assert stats["itl_ms_mean"] == pytest.approx(model_itl, rel=0.05), seen
+    # Every try split the wave (a host busy for minutes): the bounds above held for each.
 
 
 def _as_records(served):  # type: ignore[no-untyped-def]
