@@ -67,6 +67,8 @@ class PickView:
 
     def describe(self) -> str:
         trials = "+".join(str(t) for t in self.trials[:4])
+        if len(self.trials) > 4:  # a long duel: say how many starts the estimate pools
+            trials += f"+{len(self.trials) - 4} more"
         text = f"{self.tok_s:.1f} tok/s (trial {trials})"
         if self.gain is not None:
             text += f", {self.gain * 100:+.0f} % vs baseline"

@@ -143,3 +143,9 @@ def test_reused_results_say_so_in_the_line_and_the_table(tmp_path) -> None:
     table = format_table(outcome.report)
     assert "(reused by trial" in table
     assert sum(len(r.reused_by) for r in outcome.report.rows) == 4
+
+
+def test_a_pick_pooled_over_many_starts_says_how_many_it_does_not_list() -> None:
+    assert PickView(97.3, (1, 10, 11, 13)).describe() == "97.3 tok/s (trial 1+10+11+13)"
+    many = PickView(95.1, (1, 10, 11, 13, 15, 17), 0.54).describe()
+    assert many == "95.1 tok/s (trial 1+10+11+13+2 more), +54 % vs baseline"
