@@ -659,6 +659,13 @@ def one_study(
     plan_picks: list[tuple[float, ...]] = []
     loads = LADDER_CASES.get(case, ())
     for n in range(1, budget + 1):
+        if 1 < n and len(launches) < n:  # the study had stopped: the same trials, the same pick
+            picks.append(picks[-1])
+            labels.append(labels[-1])
+            if case in LADDER_CASES:
+                load_picks.append(load_picks[-1])
+                plan_picks.append(plan_picks[-1])
+            continue
         upto = launches[min(n, len(launches)) - 1] if launches else -1
         subset = [r for r in records if r.trial <= upto]
         report = build_report(
