@@ -66,7 +66,7 @@ scaled, same name, written into the study's folder); the study's own prior
 
 Usage::
 
-    python benchmarks/search_efficiency.py [--seeds 20] [--budget 40] [--jobs 2]
+    python benchmarks/search_efficiency.py [--seeds 20] [--first-seed 0] [--budget 40] [--jobs 2]
         [--strategies structured,tpe,random] [--cases field/quick,field/full,...]
         [--noise-scale 1] [--start-noise-scale 1] [--slots 1] [--confirm] [--per-seed]
 
@@ -1028,6 +1028,10 @@ def confirm(seed: int, budget: int) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=20)
+    p.add_argument(
+        "--first-seed", type=int, default=0,
+        help="study seeds run from this one (20: seeds 20-39, none the search was tuned on)",
+    )  # fmt: skip
     p.add_argument("--budget", type=int, default=40)
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     p.add_argument("--strategies", default="structured,tpe,random")
@@ -1060,13 +1064,15 @@ def plan(
     budget: int,
     slots: int = 1,
     noise: tuple[float, float] = (1.0, 1.0),
+    first_seed: int = 0,
 ) -> tuple[list[Task], tuple[tuple[str, str], ...]]:
     """The studies to run, and the (case, strategy) pairs left out: a strategy that walks the
     whole space is not run on the full space."""
     skipped = tuple((c, st) for c in cases for st in strategies
                     if st in WALKS_THE_SPACE and FULL_SPACE in CASES[c])  # fmt: skip
     tasks = [(c, st, seed, budget, slots, noise) for c in cases for st in strategies
-             if (c, st) not in skipped for seed in range(seeds)]  # fmt: skip
+             if (c, st) not in skipped
+             for seed in range(first_seed, first_seed + seeds)]  # fmt: skip
     return tasks, skipped
 
 
@@ -1093,13 +1099,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {flag} must be a number >= 0, got {value:g}", file=sys.stderr)
             return 2
     noise = (args.start_noise_scale, args.noise_scale)
-    tasks, skipped = plan(cases, strategies, args.seeds, args.budget, args.slots, noise)
+    if args.first_seed < 0:
+        print(f"error: --first-seed must be >= 0, got {args.first_seed}", file=sys.stderr)
+        return 2
+    tasks, skipped = plan(
+        cases, strategies, args.seeds, args.budget, args.slots, noise, args.first_seed
+    )
     t0 = time.monotonic()
     scaled = "" if noise == (1.0, 1.0) else (
         f", noise x{args.noise_scale:g}, start noise x{args.start_noise_scale:g} on top"
     )  # fmt: skip
     print(f"{len(tasks)} studies ({len(cases)} cases x {len(strategies)} strategies x "
-          f"{args.seeds} seeds, {args.budget} restarts each"
+          f"{args.seeds} seeds"
+          + (f" from {args.first_seed}" if args.first_seed else "")
+          + f", {args.budget} restarts each"
           + (f", {args.slots} slots" if args.slots > 1 else "") + scaled
           + f") on {args.jobs} processes ...",
           flush=True)  # fmt: skip
