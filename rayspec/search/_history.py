@@ -235,6 +235,13 @@ class Evidence:
         """The key of the point ``candidate`` belongs to (its NCCL set by its class)."""
         return canonical_key(_normalise(candidate, self.equivalent))
 
+    def one_start_between(self) -> float:
+        """The between-start sd one start is judged with: the measured one, or ``_UNMEASURED``
+        times the prior's while no configuration was started twice (the prior may be a third
+        of the node's, as the pick's floor guard assumes)."""
+        measured = any(p.estimate.starts >= 2 for p in self.points.values())
+        return self.noise.between * (1.0 if measured else _UNMEASURED)
+
     def predict(self, candidate: Candidate) -> Estimate | None:
         """The posterior of a configuration: measured, or predicted by its surface."""
         key = self.key_of(candidate)

@@ -69,7 +69,11 @@ class RunJudge:
             and (trial is None or trial.repeat_of is None)
         ):
             incumbent = self.ledger.incumbent()
-            between = evidence.noise.between if evidence is not None else cfg.study.start_noise
+            # Before any configuration was started twice the start noise is the prior's, and an
+            # unlucky first start of a 3 %-noise node would be pruned as if it were 1 %.
+            between = (
+                evidence.one_start_between() if evidence is not None else cfg.study.start_noise
+            )
             if incumbent is not None and cannot_beat(
                 runs, incumbent.runs, min_runs=cfg.study.prune_min_runs, between=between
             ):

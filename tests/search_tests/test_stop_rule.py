@@ -152,3 +152,43 @@ def test_a_rival_worth_too_little_a_restart_stops_the_search_with_its_gain() -> 
     assert reason.startswith("converged: another restart is expected to gain the pick ")
     gain = float(reason.split("gain the pick ")[1].split(" %")[0])
     assert 0 <= gain < 50.0 and "though P(the likeliest" in reason
+
+
+def test_a_start_noise_read_from_one_pair_of_starts_does_not_stop_the_search() -> None:
+    """The floor started twice 0.2 % apart, a tree once 3 % below it: one pair of starts (one
+    degree of freedom) reads the node as quiet, and on the field profile at 3x its start noise
+    the search stopped on the floor so (field3x/full, seed 22, 7 restarts). Before it stops,
+    the likeliest rival measured once is started again; with two pairs, not."""
+    space = SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+    search = StructuredSearch(space, None, token_bytes=1)
+    env = (("NCCL_PROTO", "LL"),)
+    floor = Candidate(nccl_env=env, spec=SpecSettings("EAGLE3", 2, 1, 3))
+    tree = Candidate(nccl_env=env, spec=SpecSettings("EAGLE3", 2, 4, 6))
+    obs = [
+        *_starts(0, Candidate(), 63.0, [0.0], role="baseline"),
+        *_starts(1, floor, 97.7, [0.001, -0.001], role="enqueued[0]"),
+        *_starts(3, tree, 94.8, [0.0]),
+    ]
+    view = search._view(obs, ())
+    choice = pick(view.points)
+    assert choice is not None and choice.point.candidate == floor
+    proposal = search._second_pair(view, search._rivals(view, choice.point))
+    assert proposal is not None and proposal.candidate == tree and proposal.repeat_of == 3
+    assert proposal.reason.startswith("measure the start noise on a second configuration")
+    twice = search._view([*obs, *_starts(4, tree, 94.8, [0.03])], ())
+    choice = pick(twice.points)
+    assert choice is not None
+    assert search._second_pair(twice, search._rivals(twice, choice.point)) is None
+
+
+def test_one_start_is_judged_at_three_times_the_prior_until_a_configuration_is_started_twice(
+) -> None:  # fmt: skip
+    """What pruning judges a first start with: before any repeat the start noise is the
+    prior's, which may be a third of the node's (as the pick's floor guard assumes)."""
+    env = (("NCCL_PROTO", "LL"),)
+    floor = Candidate(nccl_env=env, spec=SpecSettings("EAGLE3", 2, 1, 3))
+    tree = Candidate(nccl_env=env, spec=SpecSettings("EAGLE3", 2, 4, 6))
+    once = weigh([*_starts(0, floor, 95.0, [0.0]), *_starts(1, tree, 98.0, [0.0])])
+    assert once.one_start_between() == 3 * once.noise.between
+    twice = weigh([*_starts(0, floor, 95.0, [0.0]), *_starts(1, tree, 98.0, [0.0, 0.02])])
+    assert twice.one_start_between() == twice.noise.between
