@@ -20,7 +20,8 @@ class Scenario:
             the next one).
         requests_per_run: requests sent in one run.
         max_tokens: ``max_new_tokens`` of every request (with ``ignore_eos`` the exact output
-            length), unless ``output_len_range`` is set.
+            length), unless ``output_len_range`` is set or the prompt's record gives its own
+            (``output_tokens``).
         prompt_set: a built-in prompt set name (``"default"``) or a path to a JSONL file.
         input_len_range: optional ``(low, high)`` prompt length in words; each request's prompt
             is padded or cut to a length drawn uniformly (deterministically) from the range.

@@ -37,10 +37,12 @@ _EXPECTED = (
 
 @dataclasses.dataclass(frozen=True)
 class PromptRecord:
-    """One prompt of a set: its text and the category it is counted under."""
+    """One prompt of a set: its text, the category it is counted under, and the output length
+    the data gives it (``None``: the scenario's ``max_tokens``)."""
 
     text: str
     category: str = DEFAULT_CATEGORY
+    output_tokens: int | None = None
 
 
 def _turn_text(value: object) -> str | None:
@@ -72,6 +74,14 @@ def _record(obj: object, where: str) -> PromptRecord | None:
     category = obj.get("category", DEFAULT_CATEGORY)
     if not isinstance(category, str) or not category:
         raise ConfigError(f"{where}: 'category' must be a non-empty string, got {category!r}")
+    output_tokens = obj.get("output_tokens")
+    if output_tokens is not None and (
+        isinstance(output_tokens, bool) or not isinstance(output_tokens, int) or output_tokens < 1
+    ):
+        raise ConfigError(
+            f"{where}: 'output_tokens' must be an integer >= 1 (the request's output length in "
+            f"tokens), got {output_tokens!r}"
+        )
     if "conversations" in obj:
         text = _first_user_turn(obj["conversations"], "from", "value")
     elif "messages" in obj:
@@ -81,7 +91,9 @@ def _record(obj: object, where: str) -> PromptRecord | None:
         if not isinstance(plain, str) or not plain:
             raise ConfigError(f"{where}: {_EXPECTED}")
         text = plain
-    return None if text is None else PromptRecord(text=text, category=category)
+    if text is None:
+        return None
+    return PromptRecord(text=text, category=category, output_tokens=output_tokens)
 
 
 def _parse(path: pathlib.Path) -> list[tuple[str, object]]:
@@ -115,7 +127,9 @@ def load_dataset(name_or_path: str) -> tuple[PromptRecord, ...]:
             ``{"prompt": ...}`` (or ``"text"``), ShareGPT ``{"conversations": [{"from":
             "human", "value": ...}, ...]}`` or OpenAI ``{"messages": [{"role": "user",
             "content": ...}, ...]}``, with an optional ``"category"`` string (``"default"``
-            when absent). A conversation's prompt is its first human / user turn; a
+            when absent) and an optional ``"output_tokens"`` integer (the request's output
+            length, as the data has it: e.g. the answer turn's length in the served model's
+            tokenizer). A conversation's prompt is its first human / user turn; a
             conversation without one is skipped.
 
     Returns:
@@ -190,6 +204,9 @@ def _rng(scenario: Scenario, *parts: object) -> random.Random:
 def request_input(scenario: Scenario, run: int, index: int) -> RequestInput:
     """The prompt, length and category of request ``index`` of run ``run`` (``-1`` = warm-up).
 
+    The output length is the scenario's ``output_len_range`` draw when it has one, else the
+    record's ``output_tokens`` when it has one, else the scenario's ``max_tokens``.
+
     Measured requests walk through the prompt set from a per-scenario offset (run ``r``, index
     ``i`` takes position ``offset + r * requests_per_run + i``), so one run never repeats a
     prompt while the set is large enough; warm-up requests walk backwards from the offset, so
@@ -206,10 +223,13 @@ def request_input(scenario: Scenario, run: int, index: int) -> RequestInput:
     seq = run * scenario.requests_per_run + index if run >= 0 else -(index + 1)
     pos = (offset + seq) % len(prompts)
     prompt = prompts[pos]
-    # A prompt lengthened to input_len_range keeps the category of the prompt it starts with.
-    category = load_dataset(scenario.prompt_set)[pos].category
+    # A prompt lengthened to input_len_range keeps the category (and the output length) of the
+    # prompt it starts with.
+    record = load_dataset(scenario.prompt_set)[pos]
+    category = record.category
     rng = _rng(scenario, "lengths", run, index)
-    max_tokens = scenario.max_tokens
+    # The data's own output length where the record has one; a scenario's range overrides it.
+    max_tokens = scenario.max_tokens if record.output_tokens is None else record.output_tokens
     if scenario.output_len_range is not None:
         max_tokens = rng.randint(*scenario.output_len_range)
     if scenario.input_len_range is not None:

@@ -139,3 +139,41 @@ def test_the_cli_refuses_a_conversation_file_without_user_turns(
     )
     assert "gpt_only.jsonl: no record has a user turn" in line
     assert started == []
+
+
+def test_a_record_s_output_tokens_is_its_request_s_length(tmp_path: pathlib.Path) -> None:
+    """The data's own output lengths: a record's ``output_tokens`` is what its request asks
+    for; a record without one asks for the scenario's ``max_tokens``; a scenario's
+    ``output_len_range`` overrides both."""
+    from rayspec.bench import Scenario
+    from rayspec.bench import request_input
+
+    path = _jsonl(
+        tmp_path / "lens.jsonl",
+        [
+            {"prompt": "short answer", "output_tokens": 12},
+            {"conversations": [{"from": "human", "value": "chat"}], "output_tokens": 230},
+            {"messages": [{"role": "user", "content": "no length"}]},
+        ],
+    )
+    assert [r.output_tokens for r in load_dataset(path)] == [12, 230, None]
+    want = {"short answer": 12, "chat": 230, "no length": 77}
+    sc = Scenario(name="c3", concurrency=3, requests_per_run=3, max_tokens=77, prompt_set=path)
+    asks = [request_input(sc, run, i) for run in range(2) for i in range(3)]
+    assert {a.prompt for a in asks} == set(want)
+    assert all(a.max_tokens == want[a.prompt] for a in asks)
+    ranged = Scenario(name="r", max_tokens=77, prompt_set=path, output_len_range=(5, 6))
+    assert all(5 <= request_input(ranged, 0, i).max_tokens <= 6 for i in range(3))
+
+
+@pytest.mark.parametrize("value", [0, -3, 1.5, "12", True, [12]])
+def test_a_bad_output_tokens_names_the_record_and_the_key(
+    tmp_path: pathlib.Path, value: object
+) -> None:
+    path = _jsonl(
+        tmp_path / "bad.jsonl", [{"prompt": "ok"}, {"prompt": "x", "output_tokens": value}]
+    )
+    with pytest.raises(
+        ConfigError, match=r"bad\.jsonl:2: 'output_tokens' must be an integer >= 1"
+    ):
+        load_dataset(path)
