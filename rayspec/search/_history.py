@@ -239,7 +239,7 @@ class Evidence:
         """The between-start sd one start is judged with: the measured one, or ``_UNMEASURED``
         times the prior's while no configuration was started twice (the prior may be a third
         of the node's, as the pick's floor guard assumes)."""
-        measured = any(p.estimate.starts >= 2 for p in self.points.values())
+        measured = _start_noise_measured(self.points.values())
         return self.noise.between * (1.0 if measured else _UNMEASURED)
 
     def predict(self, candidate: Candidate) -> Estimate | None:
@@ -336,6 +336,12 @@ class Pick:
     note: str = ""
 
 
+def _start_noise_measured(points: Iterable[Point]) -> bool:
+    """Whether any configuration was started twice: the between-start noise rests on data,
+    not only on the prior."""
+    return any(p.estimate.starts >= 2 for p in points)
+
+
 def lower_bound(p: Point) -> float:
     """The log lower bound the pick ranks by: posterior log mean - ``PICK_Z`` sd."""
     return p.estimate.log_mean - PICK_Z * p.estimate.sd
@@ -373,7 +379,7 @@ def pick(
     ranked = sorted(complete, key=lambda p: -lower_bound(p))
     best = max(complete, key=lambda p: p.estimate.log_mean)
     chosen, note = ranked[0], ""
-    measured = any(p.estimate.starts >= 2 for p in points.values())  # the start noise
+    measured = _start_noise_measured(points.values())
     widen = 1.0
     floors = [p for p in ranked if p.floor]
     floor = max(floors, key=lambda p: p.estimate.log_mean) if floors else None
