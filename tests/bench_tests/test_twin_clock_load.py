@@ -94,9 +94,10 @@ def test_a_slow_client_does_not_change_what_a_twin_run_measures(tmp_path, monkey
         assert stats["itl_ms_mean"] < WALL_ITL_MS / 2, seen
         if batches == 1:  # the wave reached the engine together: the model's numbers exactly
             assert stats["ttft_ms_mean"] == pytest.approx(model_ttft, rel=1e-9), seen
-            assert stats["itl_ms_mean"] == pytest.approx(model_itl, rel=1e-9), seen
-            # tok/s spans the run from its first arrival: on a loaded host that arrival can
-            # reach the twin microseconds later than the in-process wave's (seen: 5e-7).
+            # A gap, and tok/s (which spans the run from its first arrival), can hold the
+            # microseconds by which a loaded host's arrival reaches the twin later than the
+            # in-process wave's (seen: 5e-7 of each).
+            assert stats["itl_ms_mean"] == pytest.approx(model_itl, rel=1e-4), seen
             assert stats["tok_s_mean"] == pytest.approx(run_tok_s(_as_records(served)), rel=1e-4)
             return
         # Admitted in k prefills: at most k - 1 more whole-wave prefills of waiting.
