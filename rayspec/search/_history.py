@@ -18,8 +18,11 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from rayspec._plural import plural
 from rayspec._types import Candidate
+from rayspec._types import SpecSettings
 from rayspec._types import TrialState
 from rayspec.search._posterior import Estimate
 from rayspec.search._posterior import Noise
@@ -62,11 +65,19 @@ _MIN_CONTENDER_SD = 0.004
 # of their best, once there are at least this many.
 _SURFACE_SPAN = 0.10
 _SURFACE_MIN_POINTS = 3
+# The cycle time's surface has a linear mean in the draft steps and the draft tokens (the
+# twin's cost form, docs/twin-model.md: c0 + gamma (N - 1) + beta k; spec_features' columns).
+_CYCLE_TREND = (0, 2)
+# ... and what the trend leaves is small (the twin's cost is linear; a real node's verify
+# width steps at graph sizes): its residual's prior sds (log scale) start at 0.5 %.
+_CYCLE_SIGNAL_SD = (0.005, 0.01, 0.02, 0.05)
+_MIN_ACCEPT_SD = 0.002  # a run's accept length is never taken as known better than 0.2 %
 
 
 Env = tuple[tuple[str, str], ...]
 Lattice = tuple[Env, tuple[str, ...]]  # (NCCL set, flags and scheduler knobs)
 Equivalence = Callable[[Env], Env]  # an NCCL set -> the set that stands for its screen class
+Difference = Callable[["Point", "Point"], tuple[float, float]]  # log mean difference, its sd
 
 
 def _same(env: Env) -> Env:
@@ -197,21 +208,131 @@ def _fit_surfaces(
     return surfaces
 
 
+def _time_within(points: Mapping[str, Point], groups: Mapping[str, list[Start]],
+                 noise: Noise) -> float:
+    """The run-to-run sd of a cycle's time: the within-start sd of the configurations without
+    speculation (their runs vary by timing alone, no acceptance draw); the pooled within-start
+    sd (an upper bound) when none was measured twice in a start."""
+    ss, df = 0.0, 0
+    for key, p in points.items():
+        if p.candidate.spec is not None:
+            continue
+        for st in groups[key]:
+            logs = st.logs
+            if len(logs) >= 2:
+                m = sum(logs) / len(logs)
+                ss += sum((x - m) ** 2 for x in logs)
+                df += len(logs) - 1
+    return math.sqrt(ss / df) if df > 0 else noise.within
+
+
+@dataclass(frozen=True)
+class _Cycles:
+    """One lattice's rate split in two surfaces: the accept length's (log) and the cycle
+    time's (relative to ``level``, the points' typical log cycle time)."""
+
+    lengths: Surface
+    cycles: Surface
+    level: float
+    keys: frozenset[str]
+
+    def log_rates(self, specs: Sequence[SpecSettings]) -> tuple[list[float], np.ndarray]:
+        """The log rates at ``specs`` and their covariance: log accept length minus log cycle
+        time (the delta method), the two surfaces' errors independent."""
+        x = [spec_features(s) for s in specs]
+        lengths, length_cov = self.lengths.predict_joint(x)
+        cycles, cycle_cov = self.cycles.predict_joint(x)
+        cycles = np.maximum(cycles, 1e-6)
+        logs = [float(n) - self.level - math.log(c) for n, c in zip(lengths, cycles, strict=True)]
+        return logs, length_cov + cycle_cov / np.outer(cycles, cycles)
+
+
+def _fit_cycles(
+    surfaces: Mapping[Lattice, tuple[Surface, frozenset[str]]],
+    points: Mapping[str, Point],
+    groups: Mapping[str, list[Start]],
+    accept: Mapping[int, float],
+    noise: Noise,
+) -> dict[Lattice, _Cycles]:
+    """Split each surface's rate into what a start's noise cannot touch and what it can.
+
+    A speculative rate is ``accept length / cycle time``. The accept length comes from the
+    engine's per-request counts and does not move with a server start (its noise is the
+    requests' acceptance draws, run to run); the start's offset (clocks, placement) scales the
+    cycle time alone, which varies little run to run. Each has its own surface with its own
+    noise: a start's accept length is known to its runs' acceptance noise, its cycle time to
+    the between-start noise. The cycle time is nearly linear in the draft steps and the verify
+    width (a linear mean), so its surface pools every start of the lattice; two neighbours'
+    cycle times then differ by far less than either is uncertain (:meth:`Evidence.difference`).
+    """
+    time_within = _time_within(points, groups, noise)
+    out: dict[Lattice, _Cycles] = {}
+    for lattice, (_, keys) in surfaces.items():
+        feats: list[tuple[float, float, float]] = []
+        log_lengths: list[float] = []
+        length_vars: list[float] = []
+        log_cycles: list[float] = []
+        cycle_vars: list[float] = []
+        complete = True
+        for key in keys:
+            p = points[key]
+            assert p.candidate.spec is not None
+            accept_var = max(p.estimate.within**2 - time_within**2, _MIN_ACCEPT_SD**2)
+            for st in groups[key]:
+                logs = st.logs
+                length = accept.get(st.trial, math.nan)
+                if not logs:
+                    continue
+                if not (length > 0 and math.isfinite(length)):
+                    complete = False
+                    break
+                feats.append(spec_features(p.candidate.spec))
+                log_lengths.append(math.log(length))
+                length_vars.append(accept_var / len(logs))
+                log_cycles.append(math.log(length) - sum(logs) / len(logs))
+                cycle_vars.append(noise.between**2 + time_within**2 / len(logs))
+        if not complete or not feats:
+            continue  # an engine without accept lengths: the rate's own surface stands
+        # The cost form is linear in time, not in log time: the cycle surface is of the time
+        # relative to the typical one, each value's (relative) variance scaled to it.
+        level = sum(log_cycles) / len(log_cycles)
+        rel = [math.exp(y - level) for y in log_cycles]
+        rel_var = [v * r * r for v, r in zip(cycle_vars, rel, strict=True)]
+        out[lattice] = _Cycles(
+            Surface(feats, log_lengths, length_vars),
+            Surface(feats, rel, rel_var, trend=_CYCLE_TREND, signals=_CYCLE_SIGNAL_SD),
+            level,
+            keys,
+        )
+    return out
+
+
 def _smooth(
-    points: dict[str, Point], surfaces: Mapping[Lattice, tuple[Surface, frozenset[str]]]
+    points: dict[str, Point],
+    surfaces: Mapping[Lattice, tuple[Surface, frozenset[str]]],
+    cycles: Mapping[Lattice, _Cycles] | None = None,
 ) -> dict[str, Point]:
     """Each speculative point the surface was fitted to takes the surface's posterior there,
-    which pools the starts of its neighbours. Points far below the top keep their own."""
+    which pools the starts of its neighbours. Points far below the top keep their own. Where
+    every such start reported its accept length, the point's own accept length and the cycle
+    surface (:func:`_fit_cycles`) stand for the rate's surface."""
     out = dict(points)
     for p in points.values():
         fitted = surfaces.get(p.lattice)
         if fitted is None or p.candidate.spec is None or p.key not in fitted[1]:
             continue
-        surface = fitted[0]
-        means, sds = surface.predict([spec_features(p.candidate.spec)])
         e = p.estimate
-        smoothed = Estimate(math.exp(float(means[0])), float(sds[0]), e.starts, e.runs, e.within)
-        out[p.key] = dataclasses.replace(p, estimate=smoothed)
+        x = [spec_features(p.candidate.spec)]
+        split = (cycles or {}).get(p.lattice)
+        if split is not None:
+            logs, cov = split.log_rates([p.candidate.spec])
+            mean, sd = logs[0], math.sqrt(max(float(cov[0, 0]), 0.0))
+        else:
+            means, sds = fitted[0].predict(x)
+            mean, sd = float(means[0]), float(sds[0])
+        out[p.key] = dataclasses.replace(
+            p, estimate=Estimate(math.exp(mean), sd, e.starts, e.runs, e.within)
+        )
     return out
 
 
@@ -230,6 +351,19 @@ class Evidence:
     noise: Noise
     surfaces: dict[Lattice, tuple[Surface, frozenset[str]]]
     equivalent: Equivalence = _same
+    cycles: Mapping[Lattice, _Cycles] = dataclasses.field(default_factory=dict)
+
+    def difference(self, a: Point, b: Point) -> tuple[float, float]:
+        """``a``'s log mean minus ``b``'s, and its sd. Two points on one cycle surface share
+        its starts: their cycle times' errors move together, so the difference is judged with
+        their joint posterior (accept lengths are each point's own, independent)."""
+        diff = a.estimate.log_mean - b.estimate.log_mean
+        split = self.cycles.get(a.lattice) if a.lattice == b.lattice else None
+        if split is None or a.key not in split.keys or b.key not in split.keys:
+            return diff, math.hypot(a.estimate.sd, b.estimate.sd)
+        assert a.candidate.spec is not None and b.candidate.spec is not None
+        _, cov = split.log_rates([a.candidate.spec, b.candidate.spec])
+        return diff, math.sqrt(max(float(cov[0, 0] + cov[1, 1] - 2.0 * cov[0, 1]), 0.0))
 
     def key_of(self, candidate: Candidate) -> str:
         """The key of the point ``candidate`` belongs to (its NCCL set by its class)."""
@@ -289,9 +423,11 @@ def weigh(
     groups: dict[str, list[Start]] = {}
     info: dict[str, tuple[Candidate, list[int], bool, bool]] = {}
     infeasible: set[str] = set()
+    accept: dict[int, float] = {}
     for o in observations:
         if not o.measured:
             continue
+        accept[o.trial] = o.accept_length
         key = canonical_key(_normalise(o.candidate, same))
         runs = tuple(v for v in o.runs if v > 0 and math.isfinite(v))
         groups.setdefault(key, []).append(Start(o.trial, runs))
@@ -317,7 +453,8 @@ def weigh(
     if not smooth:
         return Evidence(_shrink_contenders(points), noise, {}, same)
     surfaces = _fit_surfaces(points, groups, noise)
-    return Evidence(_smooth(points, surfaces), noise, surfaces, same)
+    cycles = _fit_cycles(surfaces, points, groups, accept, noise)
+    return Evidence(_smooth(points, surfaces, cycles), noise, surfaces, same, cycles)
 
 
 @dataclass(frozen=True)
@@ -352,6 +489,7 @@ def pick(
     *,
     cheaper_margin: float = 0.0,
     cost: Mapping[str, tuple[int, int]] | None = None,
+    difference: Difference | None = None,
 ) -> Pick | None:
     """The configuration to deploy: the best lower bound, guarded by the floors.
 
@@ -367,6 +505,8 @@ def pick(
     cheapest point (``cost``: fewer draft tokens, then fewer steps) whose mean is within that
     fraction of the chosen one is chosen instead. Before any configuration was started twice
     the between-start noise is the prior's, so one start is judged at 3x its sd.
+    ``difference`` (:meth:`Evidence.difference`) judges a point against a floor with their
+    joint posterior; without it the two are taken as independent.
 
     Only points with at least one complete start compete (a pruned start is evidence
     against a point, never enough for it), and of those only the ones that met ``study.slo``
@@ -381,15 +521,19 @@ def pick(
     chosen, note = ranked[0], ""
     measured = _start_noise_measured(points.values())
     widen = 1.0
+    diff = difference or _independent
     floors = [p for p in ranked if p.floor]
     floor = max(floors, key=lambda p: p.estimate.log_mean) if floors else None
     if floor is not None and not chosen.floor:
-        chosen = next(p for p in ranked if p.floor or _beats_floor(p, floor, measured, widen))
+        chosen = next(p for p in ranked
+                      if p.floor or _beats_floor(p, floor, measured, widen, diff))  # fmt: skip
     if chosen.key != best.key:
-        if floor is not None and not best.floor and not _beats_floor(best, floor, measured, widen):
-            confidence = _floor_confidence(best, floor, widen)
+        if floor is not None and not best.floor and not _beats_floor(
+            best, floor, measured, widen, diff
+        ):
+            confidence = _floor_confidence(best, floor, widen, diff)
             if best.estimate.starts < FLOOR_STARTS and not measured:  # judged at 3x the noise
-                confidence = _floor_confidence(best, floor, widen * _UNMEASURED)
+                confidence = _floor_confidence(best, floor, widen * _UNMEASURED, diff)
             why = (
                 f"has one server start and beats {_trials(floor)} with {confidence:.1%} "
                 f"confidence (needs {FLOOR_CONFIDENCE_ONE_START:.1%}"
@@ -436,22 +580,28 @@ def feasible_only(points: Sequence[Point]) -> tuple[list[Point], str]:
     )
 
 
-def _floor_confidence(p: Point, floor: Point, widen: float) -> float:
-    """P(``p`` beats ``floor``), both posteriors ``widen`` times wider."""
-    a, b = p.estimate, floor.estimate
-    a = Estimate(a.mean, widen * a.sd, a.starts, a.runs, a.within)
-    b = Estimate(b.mean, widen * b.sd, b.starts, b.runs, b.within)
-    return prob_better(a, b)
+def _independent(a: Point, b: Point) -> tuple[float, float]:
+    return a.estimate.log_mean - b.estimate.log_mean, math.hypot(a.estimate.sd, b.estimate.sd)
 
 
-def _beats_floor(p: Point, floor: Point, noise_measured: bool, widen: float = 1.0) -> bool:
+def _floor_confidence(p: Point, floor: Point, widen: float, difference: Difference) -> float:
+    """P(``p`` beats ``floor``), their difference's sd ``widen`` times wider."""
+    diff, sd = difference(p, floor)
+    if sd <= 0:
+        return 1.0 if diff > 0 else 0.0
+    return 0.5 * math.erfc(-diff / (widen * sd * math.sqrt(2.0)))
+
+
+def _beats_floor(
+    p: Point, floor: Point, noise_measured: bool, widen: float, difference: Difference
+) -> bool:
     """Enough evidence to deploy ``p`` instead of a floor (the baseline, an enqueued one)."""
     if p.estimate.starts >= FLOOR_STARTS:
-        return _floor_confidence(p, floor, widen) >= FLOOR_CONFIDENCE
+        return _floor_confidence(p, floor, widen, difference) >= FLOOR_CONFIDENCE
     # Nothing started twice: the between-start noise is the prior's, which may be a third of
     # the node's, so one start leaves a floor only if it would at 3x the noise.
     widen = widen if noise_measured else _UNMEASURED
-    return _floor_confidence(p, floor, widen) >= FLOOR_CONFIDENCE_ONE_START
+    return _floor_confidence(p, floor, widen, difference) >= FLOOR_CONFIDENCE_ONE_START
 
 
 def _trials(p: Point) -> str:

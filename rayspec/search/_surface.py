@@ -52,6 +52,19 @@ class _Fit:
     lengths: np.ndarray
     signal: float
     log_ml: float
+    trend: _Trend | None = None
+
+
+@dataclass(frozen=True)
+class _Trend:
+    """A linear mean's fit (universal kriging): its coefficients on ``[1, x[cols]]``, the
+    columns used, ``chol`` applied to the basis (``L^-1 H``) and the coefficients' precision
+    ``H' K^-1 H``."""
+
+    beta: np.ndarray
+    cols: tuple[int, ...]
+    whitened: np.ndarray
+    precision: np.ndarray
 
 
 def _kernel(a: np.ndarray, b: np.ndarray, lengths: np.ndarray, signal: float) -> np.ndarray:
@@ -79,17 +92,22 @@ class Surface:
         features: Sequence[tuple[float, float, float]],
         values: Sequence[float],
         noise_var: Sequence[float],
+        *,
+        trend: Sequence[int] = (),
+        signals: Sequence[float] = _SIGNAL_SD,
     ) -> None:
         x = np.asarray(features, dtype=float).reshape(-1, 3)
         y = np.asarray(values, dtype=float)
         v = np.asarray(noise_var, dtype=float)
         if not (len(x) == len(y) == len(v)) or len(x) == 0:
             raise ValueError("features, values and noise_var must be equally long and non-empty")
+        cols = _identified(x, trend)
         fits: list[_Fit] = []
         for ls, lt, ln, sf in itertools.product(
-            _LENGTHS_STEPS, _LENGTHS_TOPK, _LENGTHS_TOKENS, _SIGNAL_SD
+            _LENGTHS_STEPS, _LENGTHS_TOPK, _LENGTHS_TOKENS, signals
         ):
-            fit = _fit(x, y, v, np.array([ls, lt, ln]), sf)
+            lengths = np.array([ls, lt, ln])
+            fit = _fit_trend(x, y, v, lengths, sf, cols) if cols else _fit(x, y, v, lengths, sf)
             if fit is not None:
                 fits.append(fit)
         if not fits:  # pragma: no cover - the jittered matrix is positive definite
@@ -111,17 +129,33 @@ class Surface:
         self, features: Sequence[tuple[float, float, float]]
     ) -> tuple[np.ndarray, np.ndarray]:
         """Posterior means and sds (log scale) of the noise-free surface at ``features``."""
+        means, cov = self.predict_joint(features)
+        return means, np.sqrt(np.maximum(np.diag(cov), 0.0))
+
+    def predict_joint(
+        self, features: Sequence[tuple[float, float, float]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior means and their covariance matrix at ``features``: two neighbours'
+        values rest on the same starts, so their difference is surer than their sds say."""
         xs = np.asarray(features, dtype=float).reshape(-1, 3)
         first = np.zeros(len(xs))
-        second = np.zeros(len(xs))
+        second = np.zeros((len(xs), len(xs)))
         for f, weight in zip(self._fits, self._weights, strict=True):
             ks = _kernel(xs, f.x, f.lengths, f.signal)
-            mean = f.mean + ks @ f.alpha
             w = np.linalg.solve(f.chol, ks.T)
-            var = np.maximum(f.signal**2 - np.sum(w * w, axis=0), 0.0)
+            cov = _kernel(xs, xs, f.lengths, f.signal) - w.T @ w
+            np.fill_diagonal(cov, np.maximum(np.diag(cov), 0.0))
+            if f.trend is None:
+                mean = f.mean + ks @ f.alpha
+            else:  # the trend's own uncertainty: u' (H' K^-1 H)^-1 u, u = h - H' K^-1 k
+                t = f.trend
+                h = _basis(xs, t.cols)
+                mean = h @ t.beta + ks @ f.alpha
+                u = h.T - t.whitened.T @ w
+                cov = cov + u.T @ np.linalg.solve(t.precision, u)
             first += weight * mean
-            second += weight * (var + mean * mean)
-        return first, np.sqrt(np.maximum(second - first * first, 0.0))
+            second += weight * (cov + np.outer(mean, mean))
+        return first, second - np.outer(first, first)
 
 
 def _fit(
@@ -141,3 +175,51 @@ def _fit(
     alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
     log_ml = float(-0.5 * r @ alpha - np.sum(np.log(np.diag(chol))))
     return _Fit(x, alpha, chol, mean, lengths, signal, log_ml)
+
+
+def _basis(x: np.ndarray, cols: Sequence[int]) -> np.ndarray:
+    return np.column_stack([np.ones(len(x)), *(x[:, c] for c in cols)])
+
+
+def _identified(x: np.ndarray, trend: Sequence[int]) -> tuple[int, ...]:
+    """The trend's columns the data can fit: each must vary, and the basis must leave at
+    least two observations beyond its coefficients (one more column is dropped until so)."""
+    cols = [c for c in trend if np.ptp(x[:, c]) > 0]
+    while cols and (
+        np.linalg.matrix_rank(_basis(x, cols)) < len(cols) + 1 or len(x) < len(cols) + 3
+    ):
+        cols.pop()
+    return tuple(cols)
+
+
+def _fit_trend(
+    x: np.ndarray,
+    y: np.ndarray,
+    v: np.ndarray,
+    lengths: np.ndarray,
+    signal: float,
+    cols: tuple[int, ...],
+) -> _Fit | None:
+    # A linear mean on [1, x[cols]] by generalised least squares; the restricted likelihood
+    # (the coefficients integrated out) weighs the fits.
+    k = _kernel(x, x, lengths, signal) + np.diag(v + _JITTER)
+    try:
+        chol = np.linalg.cholesky(k)
+    except np.linalg.LinAlgError:
+        return None
+    h = _basis(x, cols)
+    wh = np.linalg.solve(chol, h)
+    wy = np.linalg.solve(chol, y)
+    precision = wh.T @ wh
+    try:
+        beta = np.linalg.solve(precision, wh.T @ wy)
+        sign, logdet = np.linalg.slogdet(precision)
+    except np.linalg.LinAlgError:
+        return None
+    if sign <= 0:
+        return None
+    r = y - h @ beta
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
+    log_ml = float(-0.5 * r @ alpha - np.sum(np.log(np.diag(chol))) - 0.5 * logdet)
+    return _Fit(x, alpha, chol, 0.0, lengths, signal, log_ml,
+                _Trend(beta, cols, wh, precision))  # fmt: skip
