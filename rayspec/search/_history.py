@@ -510,8 +510,9 @@ def pick(
     cheapest point (``cost``: fewer draft tokens, then fewer steps) whose mean is within that
     fraction of the chosen one is chosen instead. Before any configuration was started twice
     the between-start noise is the prior's, so one start is judged at 3x its sd.
-    ``difference`` (:meth:`Evidence.difference`) judges a point against a floor with their
-    joint posterior; without it the two are taken as independent.
+    ``difference`` (:meth:`Evidence.difference`) judges a point against a floor through the
+    rate's split (accept lengths and a shared cycle surface); without it the two posteriors
+    are taken as independent.
 
     Only points with at least one complete start compete (a pruned start is evidence
     against a point, never enough for it), and of those only the ones that met ``study.slo``
