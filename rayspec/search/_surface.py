@@ -14,6 +14,12 @@ single choice of length scales is well determined, so the prediction averages th
 small grid of them, each weighted by its marginal likelihood (Bayesian model averaging): the
 fit is deterministic, cheap (small Cholesky factorisations) and does not jump between
 hyperparameters when one more start arrives.
+
+A surface may also have a linear mean in some of its features (``trend``: universal kriging,
+the coefficients fitted by generalised least squares and their uncertainty kept in every
+prediction): the cycle time's surface (``_history``), whose cost form is linear in the draft
+steps and tokens. :meth:`Surface.predict_joint` gives the posterior covariance of several
+settings, for differences between neighbours that rest on the same starts.
 """
 
 from __future__ import annotations
