@@ -164,14 +164,22 @@ class Surface:
         return first, second - np.outer(first, first)
 
 
+def _cholesky(
+    x: np.ndarray, v: np.ndarray, lengths: np.ndarray, signal: float
+) -> np.ndarray | None:
+    """The lower Cholesky factor of the observations' covariance (None: not positive)."""
+    try:
+        return np.linalg.cholesky(_kernel(x, x, lengths, signal) + np.diag(v + _JITTER))
+    except np.linalg.LinAlgError:
+        return None
+
+
 def _fit(
     x: np.ndarray, y: np.ndarray, v: np.ndarray, lengths: np.ndarray, signal: float
 ) -> _Fit | None:
     # A constant prior mean, estimated by generalised least squares inside the likelihood.
-    k = _kernel(x, x, lengths, signal) + np.diag(v + _JITTER)
-    try:
-        chol = np.linalg.cholesky(k)
-    except np.linalg.LinAlgError:
+    chol = _cholesky(x, v, lengths, signal)
+    if chol is None:
         return None
     ones = np.ones_like(y)
     ki_y = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
@@ -208,10 +216,8 @@ def _fit_trend(
 ) -> _Fit | None:
     # A linear mean on [1, x[cols]] by generalised least squares; the restricted likelihood
     # (the coefficients integrated out) weighs the fits.
-    k = _kernel(x, x, lengths, signal) + np.diag(v + _JITTER)
-    try:
-        chol = np.linalg.cholesky(k)
-    except np.linalg.LinAlgError:
+    chol = _cholesky(x, v, lengths, signal)
+    if chol is None:
         return None
     h = _basis(x, cols)
     wh = np.linalg.solve(chol, h)

@@ -4,8 +4,8 @@ time whose start noise neighbours share.
 The nodes here are generated, not listed: a rate is ``1000 x accept length / cycle ms`` with
 the cycle linear in draft tokens and steps; each server start scales every cycle of its runs
 by its own offset (3 %: three times the prior's), each run (10 per start, as the field
-protocol extends a contender's) draws its own acceptance (4 %) and timing (0.3 %). The search never sees the truth; the tests count what its pick does over many
-such nodes.
+protocol extends a contender's) draws its own acceptance (4 %) and timing (0.3 %). The search
+never sees the truth; the tests count what its pick does over many such nodes.
 """
 
 from __future__ import annotations
