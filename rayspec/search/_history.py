@@ -30,6 +30,7 @@ from rayspec.search._posterior import Noise
 from rayspec.search._posterior import Start
 from rayspec.search._posterior import estimate
 from rayspec.search._posterior import estimate_noise
+from rayspec.search._posterior import within_var
 from rayspec.search._space import canonical_key
 from rayspec.search._surface import Surface
 from rayspec.search._surface import spec_features
@@ -214,16 +215,11 @@ def _time_within(
     """The run-to-run sd of a cycle's time: the within-start sd of the configurations without
     speculation (their runs vary by timing alone, no acceptance draw); the pooled within-start
     sd (an upper bound) when none was measured twice in a start."""
-    ss, df = 0.0, 0
+    ss, df = 0.0, 0.0
     for key, p in points.items():
-        if p.candidate.spec is not None:
-            continue
-        for st in groups[key]:
-            logs = st.logs
-            if len(logs) >= 2:
-                m = sum(logs) / len(logs)
-                ss += sum((x - m) ** 2 for x in logs)
-                df += len(logs) - 1
+        if p.candidate.spec is None:
+            s, d = within_var(groups[key])
+            ss, df = ss + s, df + d
     return math.sqrt(ss / df) if df > 0 else noise.within
 
 
@@ -266,8 +262,8 @@ def _fit_splits(
     width (a linear mean), so its surface pools every start of the lattice; two neighbours'
     cycle times then differ by far less than either is uncertain (:meth:`Evidence.difference`).
     The splits judge a configuration against a floor only: the ranking keeps the rate's
-    surface (measured on 40 seeds, ranking trees by the split cost the dense NVLink node's
-    finals 3 of 40).
+    surface (ranking trees by the split cost the dense NVLink node's full space 1-4 of 40
+    seeds' finals, benchmarks/results/search_noise.txt).
     """
     time_within = _time_within(points, groups, noise)
     out: dict[Lattice, _RateSplit] = {}
@@ -363,8 +359,7 @@ class Evidence:
         """
         split = self.splits.get(a.lattice) if a.lattice == b.lattice else None
         if split is None or a.key not in split.keys or b.key not in split.keys:
-            return (a.estimate.log_mean - b.estimate.log_mean,
-                    math.hypot(a.estimate.sd, b.estimate.sd))  # fmt: skip
+            return _independent(a, b)
         assert a.candidate.spec is not None and b.candidate.spec is not None
         logs, cov = split.log_rates([a.candidate.spec, b.candidate.spec])
         var = float(cov[0, 0] + cov[1, 1] - 2.0 * cov[0, 1])

@@ -38,6 +38,7 @@ __all__ = [
     "estimate_noise",
     "expected_gain",
     "prob_better",
+    "within_var",
 ]
 
 # A point's within-start variance is shrunk towards the pooled one with this weight (in
@@ -103,8 +104,8 @@ class Estimate:
         return math.log(self.mean)
 
 
-def _within_var(starts: Sequence[Start]) -> tuple[float, float]:
-    """Sum of squared deviations from each start's mean, and its degrees of freedom."""
+def within_var(starts: Sequence[Start]) -> tuple[float, float]:
+    """Sum of squared log deviations from each start's mean, and its degrees of freedom."""
     ss, df = 0.0, 0.0
     for s in starts:
         logs = s.logs
@@ -118,13 +119,13 @@ def _within_var(starts: Sequence[Start]) -> tuple[float, float]:
 def _pooled_within(groups: Mapping[str, Sequence[Start]]) -> float:
     ss, df = 0.0, 0.0
     for starts in groups.values():
-        s, d = _within_var(starts)
+        s, d = within_var(starts)
         ss, df = ss + s, df + d
     return math.sqrt(ss / df) if df > 0 else 0.02
 
 
 def _point_within(starts: Sequence[Start], pooled: float) -> float:
-    ss, df = _within_var(starts)
+    ss, df = within_var(starts)
     var = (ss + _WITHIN_PRIOR_DF * pooled**2) / (df + _WITHIN_PRIOR_DF)
     return max(math.sqrt(var), _MIN_WITHIN)
 
