@@ -180,7 +180,13 @@ def build_report(
     }  # fmt: skip
     complete = {k: p for k, p in evidence.points.items() if p.complete and k not in unchecked}
     cost = {k: cost_key(p.candidate) for k, p in complete.items()}
-    choice = pick(complete, cheaper_margin=margin, cost=cost, difference=evidence.difference)
+    choice = pick(
+        complete,
+        cheaper_margin=margin,
+        cost=cost,
+        difference=evidence.difference,
+        noise=evidence.noise,
+    )
     ranked = sorted(rows.values(), key=lambda r: (-r.tok_s_mean, r.trial))
     per_scenario = []
     for i, sc in enumerate(scenarios):

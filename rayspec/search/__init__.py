@@ -15,6 +15,7 @@ from rayspec.search._history import weigh
 from rayspec.search._posterior import Estimate
 from rayspec.search._posterior import Noise
 from rayspec.search._posterior import prob_better
+from rayspec.search._posterior import prob_positive
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
 from rayspec.search._stored import StoredStudy
@@ -53,6 +54,7 @@ __all__ = [
     "open_study",
     "pick",
     "prob_better",
+    "prob_positive",
     "read_stored_study",
     "validate_enqueue",
     "wants_more_runs",

@@ -30,6 +30,7 @@ from rayspec.search._posterior import Noise
 from rayspec.search._posterior import Start
 from rayspec.search._posterior import estimate
 from rayspec.search._posterior import estimate_noise
+from rayspec.search._posterior import prob_positive
 from rayspec.search._posterior import within_var
 from rayspec.search._space import canonical_key
 from rayspec.search._surface import Surface
@@ -490,6 +491,7 @@ def pick(
     cheaper_margin: float = 0.0,
     cost: Mapping[str, tuple[int, int]] | None = None,
     difference: Difference | None = None,
+    noise: Noise | None = None,
 ) -> Pick | None:
     """The configuration to deploy: the best lower bound, guarded by the floors.
 
@@ -526,15 +528,16 @@ def pick(
     floors = [p for p in ranked if p.floor]
     floor = max(floors, key=lambda p: p.estimate.log_mean) if floors else None
     if floor is not None and not chosen.floor:
-        chosen = next(p for p in ranked
-                      if p.floor or _beats_floor(p, floor, measured, widen, diff))  # fmt: skip
+        chosen = next(
+            p for p in ranked if p.floor or _beats_floor(p, floor, measured, widen, diff, noise)
+        )
     if chosen.key != best.key:
         if (
             floor is not None
             and not best.floor
-            and not _beats_floor(best, floor, measured, widen, diff)
+            and not _beats_floor(best, floor, measured, widen, diff, noise)
         ):
-            confidence = _floor_confidence(best, floor, widen, diff)
+            confidence = _floor_confidence(best, floor, widen, diff, noise)
             if best.estimate.starts < FLOOR_STARTS and not measured:  # judged at 3x the noise
                 confidence = _floor_confidence(best, floor, widen * _UNMEASURED, diff)
             why = (
@@ -587,16 +590,30 @@ def _independent(a: Point, b: Point) -> tuple[float, float]:
     return a.estimate.log_mean - b.estimate.log_mean, math.hypot(a.estimate.sd, b.estimate.sd)
 
 
-def _floor_confidence(p: Point, floor: Point, widen: float, difference: Difference) -> float:
-    """P(``p`` beats ``floor``), their difference's sd ``widen`` times wider."""
+def _floor_confidence(
+    p: Point, floor: Point, widen: float, difference: Difference, noise: Noise | None = None
+) -> float:
+    """P(``p`` beats ``floor``), their difference's sd ``widen`` times wider.
+
+    A point started once rests on one start's offset: with ``noise`` its confidence is
+    averaged over the between-start sd's posterior (:func:`prob_positive`), not taken at its
+    median."""
     diff, sd = difference(p, floor)
+    if noise is not None and widen == 1.0 and p.estimate.starts < FLOOR_STARTS:
+        offsets = 1.0 / p.estimate.starts + 1.0 / max(floor.estimate.starts, 1)
+        return prob_positive(diff, sd, noise, offsets)
     if sd <= 0:
         return 1.0 if diff > 0 else 0.0
     return 0.5 * math.erfc(-diff / (widen * sd * math.sqrt(2.0)))
 
 
 def _beats_floor(
-    p: Point, floor: Point, noise_measured: bool, widen: float, difference: Difference
+    p: Point,
+    floor: Point,
+    noise_measured: bool,
+    widen: float,
+    difference: Difference,
+    noise: Noise | None = None,
 ) -> bool:
     """Enough evidence to deploy ``p`` instead of a floor (the baseline, an enqueued one)."""
     if p.estimate.starts >= FLOOR_STARTS:
@@ -604,7 +621,7 @@ def _beats_floor(
     # Nothing started twice: the between-start noise is the prior's, which may be a third of
     # the node's, so one start leaves a floor only if it would at 3x the noise.
     widen = widen if noise_measured else _UNMEASURED
-    return _floor_confidence(p, floor, widen, difference) >= FLOOR_CONFIDENCE_ONE_START
+    return _floor_confidence(p, floor, widen, difference, noise) >= FLOOR_CONFIDENCE_ONE_START
 
 
 def _trials(p: Point) -> str:

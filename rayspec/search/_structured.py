@@ -419,7 +419,9 @@ class StructuredSearch(Strategy):
                 return None
             # A rung is a rival like any other: launched only while it could beat the pick by
             # more than the band (its surface and the model's prediction pooled).
-            choice = pick(view.points, difference=view.evidence.difference)
+            choice = pick(
+                view.points, difference=view.evidence.difference, noise=view.evidence.noise
+            )
             if predicted is None or predicted <= 0 or choice is None:
                 return proposal
             surface = view.evidence.predict(proposal.candidate)
@@ -453,7 +455,7 @@ class StructuredSearch(Strategy):
 
     def _settle(self, view: _View) -> Proposal | None:
         """A better mean held back by a floor for want of a second start gets it at once."""
-        choice = pick(view.points, difference=view.evidence.difference)
+        choice = pick(view.points, difference=view.evidence.difference, noise=view.evidence.noise)
         if choice is None or choice.point.key == choice.best.key:
             return None
         best = choice.best
@@ -656,7 +658,7 @@ class StructuredSearch(Strategy):
         started twice.
         """
         inc = self._incumbent(view)
-        choice = pick(view.points, difference=view.evidence.difference)
+        choice = pick(view.points, difference=view.evidence.difference, noise=view.evidence.noise)
         if inc is None or choice is None:
             return None
         if choice.point.key != inc.key:
@@ -858,7 +860,7 @@ class StructuredSearch(Strategy):
     def stop_reason(self, observations: Sequence[Observation]) -> str:
         """Why the search is done, with the number it stopped on."""
         view = self._view(observations, ())
-        choice = pick(view.points, difference=view.evidence.difference)
+        choice = pick(view.points, difference=view.evidence.difference, noise=view.evidence.noise)
         if choice is None:
             return "converged: no configuration left that could be measured"
         rivals = self._rivals(view, choice.point)
