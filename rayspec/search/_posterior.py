@@ -276,11 +276,7 @@ def estimate(starts: Sequence[Start], noise: Noise) -> Estimate | None:
 
 def prob_better(a: Estimate, b: Estimate, *, margin: float = 0.0) -> float:
     """P(true mean of ``a`` > true mean of ``b`` · (1 + margin)), normal on the log scale."""
-    diff = a.log_mean - b.log_mean - math.log1p(margin)
-    sd = math.hypot(a.sd, b.sd)
-    if sd == 0:
-        return 1.0 if diff > 0 else 0.0
-    return 0.5 * math.erfc(-diff / (sd * math.sqrt(2.0)))
+    return _normal_cdf(a.log_mean - b.log_mean - math.log1p(margin), math.hypot(a.sd, b.sd))
 
 
 def expected_gain(a: Estimate, ref: Estimate, start_var: float) -> float:
