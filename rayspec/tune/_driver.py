@@ -18,6 +18,8 @@ import concurrent.futures as cf
 import os
 import time
 from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rayspec._config import ExperimentConfig
@@ -43,6 +45,7 @@ from rayspec.store import StudyFolder
 from rayspec.tune._agree import prepare_folder
 from rayspec.tune._budget import Budget
 from rayspec.tune._budget import halts_study
+from rayspec.tune._gate import awaits_reference
 from rayspec.tune._gate import make_gate
 from rayspec.tune._held import HeldTrials
 from rayspec.tune._ledger import load_ledger
@@ -237,6 +240,9 @@ def _run_study(
         return answer
 
     pending: dict[cf.Future[TrialResult], tuple[TrialHandle, int]] = {}
+    # Finished before the baseline, whose outputs the gate compares them with: recorded once
+    # the baseline is (awaits_reference); until then they count as running.
+    awaiting: list[tuple[TrialHandle, TrialResult]] = []
     room = Room(slots)
     held = HeldTrials()  # asked while their configuration runs in another slot
     unstarted: list[TrialHandle] = []  # held, then left to start when no launch may
@@ -251,14 +257,16 @@ def _run_study(
                     trial = held.next_ready()
                     fresh = trial is None
                     if trial is None:
-                        why = budget.why_not(len(pending), len(held))
+                        why = budget.why_not(len(pending) + len(awaiting), len(held))
                         if why or halted:
                             stopped = stopped or why
                             break
-                        trial = next_trial([t.candidate for t, _ in pending.values()])
+                        trial = next_trial([t.candidate for t in _in_flight(pending, awaiting)])
                         if trial is None:
                             break
-                    running = {canonical_key(t.candidate): t.number for t, _ in pending.values()}
+                    running = {
+                        canonical_key(t.candidate): t.number for t in _in_flight(pending, awaiting)
+                    }
                     twin = running.get(canonical_key(trial.candidate))
                     if twin is not None:  # never one configuration twice at once
                         held.hold(trial, twin)
@@ -278,7 +286,7 @@ def _run_study(
                             stopped = "the sampler keeps proposing configurations already tried"
                             halted = True
                         continue
-                    if not fresh and (halted or budget.why_not(len(pending))):
+                    if not fresh and (halted or budget.why_not(len(pending) + len(awaiting))):
                         unstarted.append(trial)  # its twin left nothing to reuse, no launch left
                         continue
                     instant_in_a_row = 0
@@ -302,10 +310,18 @@ def _run_study(
                 finished, _ = cf.wait(
                     pending, timeout=room.poll_s, return_when=cf.FIRST_COMPLETED
                 )  # a node that joins meanwhile is used without waiting for a trial to end
+                done: list[tuple[TrialHandle, TrialResult]] = []
                 for future in finished:
                     trial, slot = pending.pop(future)
                     room.give_back(slot)
-                    result = future.result()
+                    done.append((trial, future.result()))
+                done.sort(key=lambda d: d[0].role != "baseline")  # its outputs: the reference
+                if any(t.role == "baseline" for t, _ in pending.values()):
+                    awaiting += [d for d in done if awaits_reference(gate, *d)]
+                    done = [d for d in done if not awaits_reference(gate, *d)]
+                else:
+                    done, awaiting = [*done, *awaiting], []
+                for trial, result in done:
                     held_outside = halts_study(cfg, trial.number, result)
                     if held_outside:
                         # Held outside the study (GPUs, a port): every later trial would meet
@@ -354,3 +370,11 @@ def _write_report(cfg: ExperimentConfig, printer: Printer) -> None:
     except Exception as exc:  # noqa: BLE001 - the trials are stored; only the report failed
         printer(f"warning: report not written ({type(exc).__name__}: {exc}); "
                 f"try: python -m rayspec.report {cfg.out_dir}")  # fmt: skip
+
+
+def _in_flight(
+    pending: Mapping[cf.Future[TrialResult], tuple[TrialHandle, int]],
+    awaiting: Sequence[tuple[TrialHandle, TrialResult]],
+) -> list[TrialHandle]:
+    """The trials running, and those finished but not yet recorded (awaiting the baseline)."""
+    return [t for t, _ in pending.values()] + [t for t, _ in awaiting]

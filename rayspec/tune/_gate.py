@@ -25,7 +25,7 @@ from rayspec.tune._checks import OutputGate
 from rayspec.tune._checks import prompt_key
 from rayspec.tune._trial import bench_plan
 
-__all__ = ["check_output", "make_gate"]
+__all__ = ["awaits_reference", "check_output", "make_gate"]
 
 Printer = Callable[[str], None]
 
@@ -63,6 +63,22 @@ def make_gate(
                     f"{StudyFolder(cfg.out_dir).requests}: later trials cannot be compared and "
                     "will not be picked; restore that file or start a new study")  # fmt: skip
     return gate
+
+
+def awaits_reference(gate: OutputGate, trial: TrialHandle, result: TrialResult) -> bool:
+    """Whether ``result`` has outputs to compare and the gate has no reference for them yet.
+
+    With several slots a trial may finish before the baseline whose outputs it is compared
+    with; judged at once it would be unchecked and never picked (a hand-tuned floor then no
+    longer guards the pick). The driver records it once the baseline's outputs are in.
+    """
+    return (
+        gate.enabled
+        and not gate.reference
+        and trial.role not in ("baseline", ROLE_BASELINE_AGAIN)
+        and result.state in (TrialState.COMPLETE, TrialState.PRUNED)
+        and bool(result.requests)
+    )
 
 
 def check_output(

@@ -152,3 +152,46 @@ def test_held_draws_of_a_trial_that_found_no_room_are_queued_again_with_their_ro
     assert set(states) <= retried and not handle.running()
     rows = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(handle.space))
     assert sorted(r.trial for r in rows) == sorted(states)  # every trial has its row
+
+
+def test_a_trial_that_ends_before_the_baseline_is_still_checked_and_guards_the_pick(
+    tmp_path,
+) -> None:
+    """With two slots the hand-tuned floor ends before the baseline, whose outputs the
+    correctness gate compares it with: it is recorded once the baseline is, checked, so it is
+    a floor the pick can keep (judged at once it was unchecked, never picked, and no floor)."""
+    import threading
+
+    from rayspec.results import GATE_UNCHECKED
+    from rayspec.results import build_report
+    from rayspec.results import candidate_reader
+    from rayspec.search import SearchSpace
+    from rayspec.store import ParquetTrialStore
+    from rayspec.testing import SimulatedTrials
+
+    cfg = load_config(TWIN_EXPERIMENT, [
+        f"output.dir={tmp_path}", "study.max_restarts=3", "bench.repeats=2",
+        "bench.max_tokens=60",
+    ])  # fmt: skip
+    sim = SimulatedTrials()
+    floor_done = threading.Event()
+    order: list[int] = []
+
+    def trial_fn(cfg: Any, number: int, candidate: Candidate, **kw: Any) -> TrialResult:
+        if number == 0:  # the baseline waits until the enqueued floor has ended
+            assert floor_done.wait(timeout=60)
+        result = sim(cfg, number, candidate, **kw)
+        order.append(number)
+        if number == 1:
+            floor_done.set()
+        return result
+
+    run_study(cfg, trial_fn=trial_fn, slots=2, printer=lambda _line: None)
+    assert order[:2] == [1, 0]  # the floor ended first
+    space = SearchSpace.from_config(cfg.search)
+    records = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(space))
+    floor = next(r for r in records if r.role == "enqueued[0]")
+    assert GATE_UNCHECKED not in floor.result.metrics
+    assert floor.result.metrics.get("gate_compared", 0) > 0
+    report = build_report(records, {r.trial: r.role for r in records if r.role})
+    assert report.best is not None and report.best.trials != (0,)  # the baseline is beaten
