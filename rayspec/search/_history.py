@@ -509,7 +509,9 @@ def pick(
     the between-start noise is the prior's, so one start is judged at 3x its sd.
     ``difference`` (:meth:`Evidence.difference`) judges a point against a floor through the
     rate's split (accept lengths and a shared cycle surface); without it the two posteriors
-    are taken as independent.
+    are taken as independent. ``noise`` (the evidence's) judges a point started once at the
+    between-start sd's predictive variance once that was measured (:func:`prob_positive`);
+    without it, at the sd's median.
 
     Only points with at least one complete start compete (a pruned start is evidence
     against a point, never enough for it), and of those only the ones that met ``study.slo``
@@ -595,9 +597,8 @@ def _floor_confidence(
 ) -> float:
     """P(``p`` beats ``floor``), their difference's sd ``widen`` times wider.
 
-    A point started once rests on one start's offset: with ``noise`` its confidence is
-    averaged over the between-start sd's posterior (:func:`prob_positive`), not taken at its
-    median."""
+    A point started once rests on one start's offset: with ``noise`` it is judged at the
+    between-start sd's predictive variance (:func:`prob_positive`), not at its median."""
     diff, sd = difference(p, floor)
     if noise is not None and widen == 1.0 and p.estimate.starts < FLOOR_STARTS:
         offsets = 1.0 / p.estimate.starts + 1.0 / max(floor.estimate.starts, 1)
