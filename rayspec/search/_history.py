@@ -600,12 +600,9 @@ def _floor_confidence(
     A point started once rests on one start's offset: with ``noise`` it is judged at the
     between-start sd's predictive variance (:func:`prob_positive`), not at its median."""
     diff, sd = difference(p, floor)
-    if noise is not None and widen == 1.0 and p.estimate.starts < FLOOR_STARTS:
-        offsets = 1.0 / p.estimate.starts + 1.0 / max(floor.estimate.starts, 1)
-        return prob_positive(diff, sd, noise, offsets)
-    if sd <= 0:
-        return 1.0 if diff > 0 else 0.0
-    return 0.5 * math.erfc(-diff / (widen * sd * math.sqrt(2.0)))
+    one_start = widen == 1.0 and p.estimate.starts < FLOOR_STARTS
+    offsets = 1.0 / p.estimate.starts + 1.0 / max(floor.estimate.starts, 1) if one_start else 0.0
+    return prob_positive(diff, widen * sd, noise, offsets)
 
 
 def _beats_floor(

@@ -227,11 +227,14 @@ def estimate_noise(groups: Mapping[str, Sequence[Start]], *, prior_between: floa
     return Noise(pooled, between, df + _PRIOR_DF, tuple(posterior))
 
 
-def prob_positive(diff: float, sd: float, noise: Noise, offsets: float) -> float:
+def prob_positive(
+    diff: float, sd: float, noise: Noise | None = None, offsets: float = 0.0
+) -> float:
     """P(a log difference measured as ``diff`` ± ``sd`` is truly positive), the between-start
     sd uncertain: ``sd`` was computed at ``noise.between``, the posterior's median; over the
     sigma's posterior its variance is larger by ``(E[sigma²] - between²) x offsets``
     (``offsets``: how many start offsets the difference carries, 1/starts of each side).
+    Without ``noise`` (or its posterior, or offsets) it is the plain normal at ``sd``.
 
     With one pair of repeated starts the median sigma is as often a third too low as a third
     too high, and a single start's offset is a draw from the wider one too: a normal at the
@@ -240,7 +243,7 @@ def prob_positive(diff: float, sd: float, noise: Noise, offsets: float) -> float
     over the posterior was tried: with one pair its tail out to 10 % start noise kept a 20 %
     lead below 99.9 %.)
     """
-    if not noise.posterior:
+    if noise is None or not noise.posterior or offsets <= 0:
         return _normal_cdf(diff, sd)
     mean_var = sum(prob * sigma * sigma for sigma, prob in noise.posterior)
     var = sd * sd + max(mean_var - noise.between**2, 0.0) * offsets
