@@ -35,7 +35,8 @@ the problem says the answer is (the README's *How it searches*):
    ``stop_below``), no restart is expected to gain the pick ``gain_below`` (a quarter of the
    band), or each has ``max_starts`` (:meth:`StructuredSearch.stop_reason` says the number).
    A duel with a floor gets more starts where the measured start noise is above the prior's
-   (:meth:`StructuredSearch.duel_starts`); and while the start noise rests on one
+   (:meth:`StructuredSearch.duel_starts`), fought by the setting the online model, pooled
+   with the measurements, puts highest (:meth:`StructuredSearch._challenger`); and while the start noise rests on one
    configuration's two starts, the likeliest rival measured once is started again first.
 
 The strategy is a pure function of the observations (nothing to save or restore): a resumed
@@ -666,8 +667,8 @@ class StructuredSearch(Strategy):
             # Against a floor, more starts each (:meth:`duel_starts`): at 3 % start noise,
             # four starts a side cannot show a 5 % lead with the floor's confidence.
             cap = self.duel_starts(view.noise) if choice.point.floor else self.max_starts
-            rival = self._challenger(view, inc) if choice.point.floor else inc
-            for p in sorted((choice.point, rival), key=lambda p: p.estimate.starts):
+            duelist = self._challenger(view, inc) if choice.point.floor else inc
+            for p in sorted((choice.point, duelist), key=lambda p: p.estimate.starts):
                 if p.estimate.starts < cap and p.key not in view.busy:
                     return Proposal(
                         p.candidate, f"settle the best against trial {choice.point.trials[0]}",

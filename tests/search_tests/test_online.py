@@ -3,6 +3,7 @@ structured search's stage that launches where it predicts the best."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -15,6 +16,7 @@ from rayspec._types import TrialState
 from rayspec.search import SearchSpace
 from rayspec.search import StructuredSearch
 from rayspec.search._history import Observation
+from rayspec.search._history import pick
 from rayspec.search._online import _SLOPE_PRIOR
 from rayspec.search._online import Measured
 from rayspec.search._online import fit_acceptance
@@ -382,3 +384,42 @@ def test_a_setting_the_split_model_puts_above_a_lucky_pick_is_started_again() ->
                                    accept_histogram=hist))  # fmt: skip
     assert proposal is not None and proposal.repeat_of == 40, (reasons, search.stop_reason(obs))
     assert proposal.candidate.spec == unlucky
+
+
+def test_a_floor_is_dueled_by_the_tree_the_split_model_puts_highest() -> None:
+    """Field node, starts 3 % apart: the hand-tuned chain (its own NCCL set, a floor started
+    three times) holds the pick against two trees started twice, the 4-token one (truly 2 %
+    below the 6-token one) measured 2 % lucky so it has the best mean by a hair. The duel used
+    to go to the best mean, truly 2.8 % above the floor, which needs twice the starts of the
+    6-token tree's 5 % (field3x/quick seed 2: 9 starts a side, then the pick fell back to the
+    floor); the split model, whose ratio of two trees rests on their accept lengths, puts the
+    6-token tree ahead, so it duels the floor."""
+    hand = Candidate(nccl_env=(("NCCL_PROTO", "LL"), ("NCCL_ALGO", "Ring")),
+                     spec=SpecSettings("EAGLE3", 2, 1, 3))  # fmt: skip
+    chain = _field_chain(10, 2)[0]
+    obs = _starts(0, None, 61.0, None, role="baseline")
+    obs += [Observation(40 + i, hand, TrialState.COMPLETE, runs=tuple(v * f for v in chain.runs),
+                        accept_histogram=chain.accept_histogram, role="enqueued[0]")
+            for i, f in enumerate((1.04, 0.98, 1.03))]  # fmt: skip
+    four, six = SpecSettings("EAGLE3", 2, 4, 4), SpecSettings("EAGLE3", 2, 4, 6)
+
+    def scaled(o: Observation, f: float) -> Observation:
+        return dataclasses.replace(o, runs=tuple(v * f for v in o.runs))
+
+    swing = (1.03, 0.97)
+    obs += [scaled(o, f) for o, f in zip(_field_chain(10, 2), swing, strict=True)]
+    obs += [scaled(o, f) for o, f in zip(_field_chain(20, 3), swing, strict=True)]
+
+    four_obs, six_obs = _field_tree(30, four), _field_tree(50, six)
+    lead = six_obs[0].runs[0] / four_obs[0].runs[0]
+    assert 1.01 < lead < 1.04  # the 6-token tree is truly ahead
+    obs += [scaled(o, f * lead) for o, f in zip(four_obs, (1.04, 0.97), strict=True)]
+    obs += [scaled(o, f * 0.999) for o, f in zip(six_obs, (1.03, 0.97), strict=True)]
+    search = _search()
+    view = search._view(obs, ())
+    choice = pick(view.points, difference=view.evidence.difference, noise=view.evidence.noise)
+    assert choice is not None and choice.point.candidate == hand
+    assert choice.best.candidate.spec == four  # the best mean: the lucky 4-token tree
+    proposal = search._improve(view)
+    assert proposal is not None and proposal.reason.startswith("settle the best"), proposal
+    assert proposal.candidate.spec == six, proposal.candidate.spec
