@@ -36,8 +36,9 @@ the problem says the answer is (the README's *How it searches*):
    band), or each has ``max_starts`` (:meth:`StructuredSearch.stop_reason` says the number).
    A duel with a floor gets more starts where the measured start noise is above the prior's
    (:meth:`StructuredSearch.duel_starts`), fought by the setting the online model, pooled
-   with the measurements, puts highest (:meth:`StructuredSearch._challenger`); and while the start noise rests on one
-   configuration's two starts, the likeliest rival measured once is started again first.
+   with the measurements, puts highest (:meth:`StructuredSearch._challenger`); and while the
+   start noise rests on one configuration's two starts, the likeliest rival measured once is
+   started again first.
 
 The strategy is a pure function of the observations (nothing to save or restore): a resumed
 study, or another driver, proposes exactly what this one would. ``propose`` returns None when
@@ -695,11 +696,11 @@ class StructuredSearch(Strategy):
         measurements, puts highest (the best mean ``inc`` unless the model puts another of its
         kind above it).
 
-        Means that differ by less than the start noise rank by luck, and a duel fought by a
-        setting truly 2 % behind the best needs twice the starts (field3x/quick seed 2: a
-        4-token tree, 2.8 % above the hand-tuned chain, dueled it for 9 starts a side while the
-        6-token tree, 5 % above it and measured 0.1 % below the tree, waited); the model's
-        ratio of two trees rests on their accept lengths, which no start moves.
+        Means that differ by less than the start noise rank by luck, and the starts a duel
+        needs grow with one over the lead squared (field3x/quick seed 2: a 4-token tree, 2.8 %
+        above the hand-tuned chain, dueled it for 9 starts a side while the 6-token tree, 5 %
+        above it and measured 0.1 % below the 4-token one, waited); the model's ratio of two
+        trees rests on their accept lengths, which no start moves.
         """
         model = self.online_model(view)
         if model is None or not model.costs.split:
