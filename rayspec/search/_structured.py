@@ -773,7 +773,9 @@ class StructuredSearch(Strategy):
                 continue
             proposal = Proposal(p.candidate, f"re-measure a contender (trial {p.trials[0]})",
                                 repeat_of=p.trials[0])  # fmt: skip
-            risk = self._risk(p.estimate, p.candidate, ref, model, view, rel_sd)
+            risk = self._beyond_band(
+                *self._pooled_gap(p.estimate, p.candidate, ref, model, view, rel_sd)
+            )
             runs = max(1.0, p.estimate.runs / max(1, p.estimate.starts))
             var = view.noise.between**2 + p.estimate.within**2 / runs
             gain = expected_gain(p.estimate, ref.estimate, var)
@@ -808,7 +810,9 @@ class StructuredSearch(Strategy):
                 )
                 what += "" if nb.overlap else ", overlap off"
                 what = nb.label() if nb.adaptive else what
-                risk = self._risk(predicted, cand, ref, model, view, rel_sd)
+                risk = self._beyond_band(
+                    *self._pooled_gap(predicted, cand, ref, model, view, rel_sd)
+                )
                 proposal = Proposal(cand, f"explore next to the best: {what}")
                 var = view.noise.between**2 + view.noise.within**2 / _RUNS
                 gain = expected_gain(predicted, ref.estimate, var)
@@ -863,20 +867,9 @@ class StructuredSearch(Strategy):
         var = sum((r - mean) ** 2 for r in residuals) / (len(residuals) - 1)
         return max(_MODEL_REL_SD, math.sqrt(var))
 
-    def _risk(
-        self,
-        est: Estimate,
-        cand: Candidate,
-        ref: Point,
-        model: OnlineModel | None,
-        view: _View,
-        rel_sd: float = _MODEL_REL_SD,
-    ) -> float:
-        """P(``cand`` beats the pick by more than ``band``): the measured (or surface) gap,
-        pooled with the split model's predicted gap (sd ``_MODEL_REL_SD``) where it predicts
-        both. The model's level errs by a few % but cancels in a ratio of neighbours, so it
-        restarts a setting measured once on an unlucky start that it puts above a lucky pick."""
-        gap, var = self._pooled_gap(est, cand, ref, model, view, rel_sd)
+    def _beyond_band(self, gap: float, var: float) -> float:
+        """P(a log gap to the pick, normal with ``var``, exceeds ``band``): a rival's chance
+        to beat the pick by more than the band (its gap from :meth:`_pooled_gap`)."""
         diff = gap - math.log1p(self.band)
         if var <= 0:
             return 1.0 if diff > 0 else 0.0
@@ -893,7 +886,9 @@ class StructuredSearch(Strategy):
     ) -> tuple[float, float]:
         """The log gap of ``cand`` (posterior ``est``) over ``ref`` and its variance: the
         measured (or surface) gap, pooled with the split model's ratio at sd ``rel_sd`` where
-        it predicts both."""
+        it predicts both. The model's level errs by a few % but cancels in a ratio of
+        neighbours, so it restarts a setting measured once on an unlucky start that it puts
+        above a lucky pick."""
         gap = est.log_mean - ref.estimate.log_mean
         var = est.sd**2 + ref.estimate.sd**2
         ratio = self._model_ratio(cand, ref, model, view)
