@@ -84,6 +84,7 @@ from rayspec.search._posterior import Start
 from rayspec.search._posterior import estimate
 from rayspec.search._posterior import expected_gain
 from rayspec.search._posterior import prob_better
+from rayspec.search._posterior import prob_positive
 from rayspec.search._space import FLAG_OFF
 from rayspec.search._space import FLAG_ON
 from rayspec.search._space import P_MODE
@@ -870,10 +871,7 @@ class StructuredSearch(Strategy):
     def _beyond_band(self, gap: float, var: float) -> float:
         """P(a log gap to the pick, normal with ``var``, exceeds ``band``): a rival's chance
         to beat the pick by more than the band (its gap from :meth:`_pooled_gap`)."""
-        diff = gap - math.log1p(self.band)
-        if var <= 0:
-            return 1.0 if diff > 0 else 0.0
-        return 0.5 * math.erfc(-diff / math.sqrt(2.0 * var))
+        return prob_positive(gap - math.log1p(self.band), math.sqrt(max(var, 0.0)))
 
     def _pooled_gap(
         self,

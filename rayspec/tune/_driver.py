@@ -317,8 +317,9 @@ def _run_study(
                     done.append((trial, future.result()))
                 done.sort(key=lambda d: d[0].role != "baseline")  # its outputs: the reference
                 if any(t.role == "baseline" for t, _ in pending.values()):
-                    awaiting += [d for d in done if awaits_reference(gate, *d)]
-                    done = [d for d in done if not awaits_reference(gate, *d)]
+                    waits = [awaits_reference(gate, *d) for d in done]
+                    awaiting += [d for d, w in zip(done, waits, strict=True) if w]
+                    done = [d for d, w in zip(done, waits, strict=True) if not w]
                 else:
                     done, awaiting = [*done, *awaiting], []
                 for trial, result in done:
