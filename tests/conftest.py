@@ -104,6 +104,10 @@ def start_local_ray() -> None:
     another); a test that needs another cluster shuts it down and calls this again after."""
     import ray
 
+    # Ray starts its workers at niceness 15: on a 2-core machine whose other xdist worker runs
+    # CPU-bound tests at 0, actors (and anything they start) then crawl. rayspec's own private
+    # cluster does the same (rayspec.tune._cluster).
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ray.init(
         address="local",
         num_cpus=4,

@@ -73,6 +73,17 @@ def node_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]
     return env
 
 
+def node_niceness(environ: Mapping[str, str] | None = None) -> int | None:
+    """The node's niceness: the raylet's (Ray starts its workers at 15), None if unreadable."""
+    pid = (os.environ if environ is None else environ).get("RAY_RAYLET_PID")
+    if not pid or not pid.isdigit():
+        return None
+    try:
+        return os.getpriority(os.PRIO_PROCESS, int(pid))
+    except OSError:
+        return None
+
+
 @ray.remote(num_cpus=0, max_concurrency=2)  # type: ignore[call-overload]  # stubs lag
 class ServerActor:
     """Owns one server backend on the node Ray placed it on.
@@ -90,9 +101,11 @@ class ServerActor:
     process tree goes away on :meth:`stop`, on ``ray.kill(actor)``, when the actor's worker
     dies for any reason, and when the server exits by itself.
 
-    Its environment is the node's as the worker sees it (:func:`node_environment`: Ray's
-    ``CUDA_VISIBLE_DEVICES`` kept, Ray's worker-only additions such as ``OMP_NUM_THREADS=1``
-    removed), plus ``LaunchSpec.env``, minus ``LaunchSpec.unset_env``. A launch that sets or unsets
+    It runs at the node's niceness (the raylet's, :func:`node_niceness`), not at the 15 Ray
+    gives its workers. Its environment is the node's as the worker sees it
+    (:func:`node_environment`: Ray's ``CUDA_VISIBLE_DEVICES`` kept, Ray's worker-only additions
+    such as ``OMP_NUM_THREADS=1`` removed), plus ``LaunchSpec.env``, minus
+    ``LaunchSpec.unset_env``. A launch that sets or unsets
     ``CUDA_VISIBLE_DEVICES`` is refused: the GPUs are Ray's to assign.
 
     Errors reach the caller as the typed :class:`~rayspec.LaunchError` subclasses, with their
@@ -124,6 +137,8 @@ class ServerActor:
             grace_s=self._grace_s,
             owner_pid=os.getpid(),
             base_env=node_environment(),
+            # The server runs at the node's priority, as best.sh runs it, not at the worker's.
+            niceness=node_niceness(),
         )
         self._backend = backend
         backend.start(launch)

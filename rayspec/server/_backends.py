@@ -99,6 +99,7 @@ class _ProcessBackend(BaseServerBackend):
         grace_s: float | None = None,
         owner_pid: int | None = None,
         base_env: Mapping[str, str] | None = None,
+        niceness: int | None = None,
         tail_lines: int = 40,
     ) -> None:
         """Create a backend in state NEW.
@@ -108,6 +109,7 @@ class _ProcessBackend(BaseServerBackend):
             owner_pid: the process whose death tears the server down (default: this one).
             base_env: the environment ``LaunchSpec.env`` applies to (default ``os.environ``
                 at start).
+            niceness: the niceness the server runs at (default: this process's).
             tail_lines: how many log lines the raised errors carry.
         """
         self._grace_s = self.default_grace_s if grace_s is None else float(grace_s)
@@ -115,6 +117,7 @@ class _ProcessBackend(BaseServerBackend):
             raise ValueError(f"grace_s must be >= 0, got {grace_s}")
         self._owner_pid = owner_pid
         self._base_env = dict(base_env) if base_env is not None else None
+        self._niceness = niceness
         self._tail_lines = tail_lines
         self._state = ServerState.NEW
         self._lock = threading.Lock()
@@ -180,7 +183,7 @@ class _ProcessBackend(BaseServerBackend):
             self._launch = launch
             try:
                 self._info = _process.start_process(
-                    launch, self._owner_pid, self._grace_s, self._base_env
+                    launch, self._owner_pid, self._grace_s, self._base_env, self._niceness
                 )
             except BaseException:
                 self._state = ServerState.STOPPED

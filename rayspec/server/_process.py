@@ -160,6 +160,7 @@ def start_process(
     owner_pid: int | None = None,
     grace_s: float = 10.0,
     base_env: Mapping[str, str] | None = None,
+    niceness: int | None = None,
 ) -> ProcessInfo:
     """Start ``launch.argv`` under a detached reaper, output to ``launch.log_path``.
 
@@ -171,6 +172,8 @@ def start_process(
         owner_pid: the process whose death tears the server down (default: this process).
         grace_s: how long the reaper waits after SIGTERM before it SIGKILLs the tree.
         base_env: the environment ``launch.env`` applies to (default ``os.environ``).
+        niceness: the niceness the reaper and the server run at (default: the caller's). An
+            actor passes the node's: Ray runs its workers at 15.
 
     Returns:
         The pids and the log path, once the server process exists.
@@ -211,6 +214,7 @@ def start_process(
         str(os.getpid() if owner_pid is None else owner_pid),
         repr(float(grace_s)),
         str(log),
+        "-" if niceness is None else str(int(niceness)),
         "--",
         *launch.argv,
     ]

@@ -2,7 +2,7 @@
 
 Usage (started only by :func:`rayspec.server._process.start_process`)::
 
-    python -I -S _reaper.py OWNER_PID GRACE_S LOG_PATH -- argv...
+    python -I -S _reaper.py OWNER_PID GRACE_S LOG_PATH NICE -- argv...
 
 The server's complete environment arrives as one JSON object on stdin (never on the command
 line, never through a shell). The reaper answers with one line on stdout,
@@ -21,7 +21,13 @@ workers, and their GPU memory) on ``ray.kill`` or a driver crash. The reaper
    pidfd on the server and a signal wakeup pipe, and waits on all three;
 5. when any fires (owner died, server exited, SIGTERM/SIGINT/SIGHUP), SIGTERMs the server (and,
    once the server is gone, whatever is left of its tree), reaps for up to GRACE_S, SIGKILLs
-   what is left and exits.
+   what is left and exits;
+6. sets its own niceness to NICE (``-`` keeps it) before it starts the server. Ray starts its
+   workers at niceness 15 (``RAY_worker_niceness``), and a reaper started from an actor would
+   pass that to the server: the server measured at a priority ``best.sh`` never runs it at, and,
+   on a busy node, a teardown starved for tens of seconds (a server outliving its driver). The
+   actor passes the node's niceness (the raylet's). Lowering it needs ``CAP_SYS_NICE`` or an
+   ``RLIMIT_NICE`` that allows it; without, the log says so in one line and the server runs on.
 
 When the server exits, the reaper appends :data:`EXIT_LINE_PREFIX` plus the return code
 (``subprocess``'s convention: negative for a signal) to the log, so failures can be
@@ -135,8 +141,25 @@ class _Reaper:
             time.sleep(_POLL_S)
 
 
+def _renice(nice: str) -> str | None:
+    """Set this process's niceness to ``nice`` (``-``: keep it); a note if it could not."""
+    if nice == "-":
+        return None
+    target, now = int(nice), os.getpriority(os.PRIO_PROCESS, 0)
+    if target == now:
+        return None
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, target)
+    except OSError as exc:
+        return (
+            f"the server runs at niceness {now}, not the node's {target} "
+            f"(lowering it needs CAP_SYS_NICE or RLIMIT_NICE: {exc.strerror})"
+        )
+    return None
+
+
 def main(args: list[str]) -> int:
-    owner_pid, grace_s, log_path = int(args[0]), float(args[1]), args[2]
+    owner_pid, grace_s, log_path, nice = int(args[0]), float(args[1]), args[2], args[3]
     argv = args[args.index("--") + 1 :]
     env = json.loads(sys.stdin.read())
     if not argv:
@@ -157,6 +180,9 @@ def main(args: list[str]) -> int:
         )
         os._exit(1)
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    unniced = _renice(nice)  # before the server exists: it inherits the niceness
+    if unniced:
+        os.write(log_fd, f"{NOTE_PREFIX}{unniced}\n".encode())
     null_fd = os.open(os.devnull, os.O_RDONLY)
     actions = [
         (os.POSIX_SPAWN_DUP2, null_fd, 0),

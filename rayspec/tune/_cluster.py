@@ -3,7 +3,8 @@
 A bare ``ray.init()`` would silently join a cluster someone else started, so a local cluster is
 always ``address="local"``, and resources are given only when we start it (Ray refuses
 ``num_cpus``/``num_gpus`` when joining). The private cluster listens on loopback only
-(:mod:`rayspec.tune._loopback`); a joined cluster keeps its own binding and auth setting.
+(:mod:`rayspec.tune._loopback`), and its workers run at the node's niceness, not Ray's 15
+(the bench client times tokens); a joined cluster keeps its own binding, auth and niceness.
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
         os.environ["RAY_AUTH_MODE"] = "disabled"
         chose_no_auth = True
 
+    if not cl.address:
+        # Ray starts its workers at niceness 15; the bench client times tokens and must not
+        # queue behind the node's other work (the server itself is reset by its reaper).
+        os.environ.setdefault("RAY_worker_niceness", "0")
     tp = cfg.server.tp_size
     if cl.address:
         ctx = ray.init(address=cl.address, logging_level=logging.WARNING, log_to_driver=False)

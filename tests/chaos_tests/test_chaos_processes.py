@@ -72,7 +72,7 @@ def test_hits_at_random_moments_then_resume(ray_cluster, tmp_path) -> None:
                     r"\] (placing|starting server|benchmarking)|resuming", 120
                 )
                 if started is None:  # the study already ended: nothing left to hit
-                    assert driver.wait(60) == 0, f"{where}\n{driver.output()}"
+                    assert driver.wait_progressing() == 0, f"{where}\n{driver.output()}"
                     break
                 time.sleep(rng.uniform(0.0, 2.0))
                 if hit == "kill-server":
@@ -94,8 +94,10 @@ def test_hits_at_random_moments_then_resume(ray_cluster, tmp_path) -> None:
                     driver.signal(signal.SIGKILL)
                 else:
                     driver.signal(getattr(signal, hit))
-                code = driver.wait(timeout_s=90)
-                assert code is not None, f"{where}: the driver still runs after {hit}"
+                code = driver.wait_progressing()
+                assert code is not None, (
+                    f"{where}: the driver printed nothing for 120 s after {hit}\n{driver.output()}"
+                )
             finally:
                 driver.kill_session()
                 lines += driver.lines
@@ -103,7 +105,7 @@ def test_hits_at_random_moments_then_resume(ray_cluster, tmp_path) -> None:
             assert left == {}, f"{where}: alive after {hit}: {left}"
         final = Driver([path])
         try:
-            code = final.wait(timeout_s=240)
+            code = final.wait_progressing()
             lines += final.lines
             assert code == 0, f"{where}\n{final.output()}"
         finally:

@@ -225,6 +225,19 @@ class Driver:
                 self.lines.append(line)
         return code
 
+    def wait_progressing(self, quiet_s: float = 120.0) -> int | None:
+        """The exit code, waiting as long as the driver prints; None once it ran ``quiet_s``
+        without a new line (stuck, not slow: a loaded machine only makes it print later)."""
+        while True:
+            try:
+                line = self._queue.get(timeout=quiet_s)
+            except queue.Empty:
+                return None if self.proc.poll() is None else self.wait(30)
+            if line is None:  # its output closed: it is exiting
+                self._queue.put(None)
+                return self.wait(quiet_s)
+            self.lines.append(line)
+
     def kill_session(self) -> None:
         """SIGKILL the driver's whole session (cleanup after a failed check)."""
         try:

@@ -62,6 +62,27 @@ def test_lifecycle_environment_and_teardown(make_launch) -> None:
         ray.kill(actor)
 
 
+def test_the_server_runs_at_the_nodes_niceness_not_the_workers(make_launch) -> None:
+    """Ray starts its workers at niceness 15 (``RAY_worker_niceness``; this session's cluster
+    sets 0, so the test sets the worker to 15 itself); a server started from one runs at the
+    node's (the raylet's), as best.sh would run it, and so does the reaper that tears it down."""
+    launch = make_launch("--ready-after-s", "0")
+    actor = _actor()
+    try:
+        worker = ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()))
+        for tid in os.listdir(f"/proc/{worker}/task"):  # niceness is per thread on Linux
+            os.setpriority(os.PRIO_PROCESS, int(tid), 15)  # raising it needs no privilege
+        ray.get(actor.start.remote(launch))
+        ray.get(actor.wait_ready.remote(), timeout=60)
+        reaper, server, *_ = ray.get(actor.pids.remote())
+        node = os.getpriority(os.PRIO_PROCESS, 0)  # this process started the raylet
+        assert os.getpriority(os.PRIO_PROCESS, worker) == 15 != node
+        assert os.getpriority(os.PRIO_PROCESS, server) == node
+        assert os.getpriority(os.PRIO_PROCESS, reaper) == node
+    finally:
+        ray.kill(actor)
+
+
 def test_ray_kill_leaves_no_process(make_launch) -> None:
     launch = make_launch("--spawn-tree", "--ready-after-s", "0")
     actor = _actor()

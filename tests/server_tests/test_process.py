@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import socket
 import subprocess
@@ -189,3 +190,37 @@ def test_unwritable_log_is_a_launch_error(make_launch, tmp_path) -> None:
     launch = dataclasses.replace(make_launch(), log_path=str(blocker / "sub" / "server.log"))
     with pytest.raises(LaunchError, match="cannot write the server log"):
         start_process(launch)
+
+
+def test_the_server_runs_at_the_niceness_it_is_given(make_launch) -> None:
+    """A reaper started from a Ray worker (niceness 15) runs the server at the node's niceness:
+    raising it always works; lowering it works with the privilege, else the log says why."""
+    now = os.getpriority(os.PRIO_PROCESS, 0)
+    for wanted in (min(now + 3, 19), now - 1 if now > -20 else now):
+        launch = make_launch("--ready-after-s", "0")
+        info = start_process(launch, grace_s=2.0, niceness=wanted)
+        try:
+            wait_healthy(launch.base_url)
+            got = os.getpriority(os.PRIO_PROCESS, info.server_pid)
+            reaper = os.getpriority(os.PRIO_PROCESS, info.reaper_pid)
+        finally:
+            assert stop_process(info, timeout_s=10.0)
+        text = Path(info.log_path).read_text()
+        if wanted >= now or os.geteuid() == 0:
+            assert (got, reaper) == (wanted, wanted)
+            assert "not the node's" not in text
+        else:  # no CAP_SYS_NICE: the server runs on at the caller's, and the log says so
+            assert got == now
+            assert f"the server runs at niceness {now}, not the node's {wanted}" in text
+
+
+def test_no_niceness_keeps_the_callers(make_launch) -> None:
+    launch = make_launch("--ready-after-s", "0")
+    info = start_process(launch, grace_s=2.0)
+    try:
+        wait_healthy(launch.base_url)
+        assert os.getpriority(os.PRIO_PROCESS, info.server_pid) == os.getpriority(
+            os.PRIO_PROCESS, 0
+        )
+    finally:
+        assert stop_process(info, timeout_s=10.0)
