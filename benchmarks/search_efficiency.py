@@ -132,6 +132,7 @@ from rayspec.results import PLAN_PARAM  # noqa: E402
 from rayspec.results import PLAN_ROLE  # noqa: E402
 from rayspec.results import Plan  # noqa: E402
 from rayspec.results import StudyReport  # noqa: E402
+from rayspec.results import believes  # noqa: E402
 from rayspec.results import build_report  # noqa: E402
 from rayspec.results import candidate_reader  # noqa: E402
 from rayspec.results import load_equivalence  # noqa: E402
@@ -229,7 +230,7 @@ CASE_NOISE: dict[str, tuple[float, float]] = {
     "field3x/quick": (3.0, 1.0),
     "field3x/full": (3.0, 1.0),
 }
-STRATEGIES = ("structured", "tpe", "random", "grid")  # study.sampler values
+STRATEGIES = ("structured", "belief", "tpe", "random", "grid")  # study.sampler values
 # Strategies that walk the whole space: not run on the full space (2.2 M candidates).
 WALKS_THE_SPACE = frozenset({"grid"})
 PICKS_AT = (10, 15, 30, 40)
@@ -669,8 +670,9 @@ def one_study(
         upto = launches[min(n, len(launches)) - 1] if launches else -1
         subset = [r for r in records if r.trial <= upto]
         report = build_report(
-            subset, roles, start_noise=cfg.study.start_noise, equivalent=equivalent
-        )
+            subset, roles, start_noise=cfg.study.start_noise, equivalent=equivalent,
+            belief=believes(cfg),
+        )  # fmt: skip
         picks.append(case_truth(case, report.best.candidate) if report.best else 0.0)
         labels.append(report.best.candidate.label() if report.best else "-")
         if case in LADDER_CASES:
@@ -688,7 +690,7 @@ def one_study(
         verified = tuple(true_plan_at(case, checked, c) for c in loads)
         verified_at = int(last.restart or 0)
         closing = build_report(records, roles, start_noise=cfg.study.start_noise,
-                               equivalent=equivalent)  # fmt: skip
+                               equivalent=equivalent, belief=believes(cfg))  # fmt: skip
         if closing.best is not None:
             static_final = tuple(true_tok_s_at(case, closing.best.candidate, c) for c in loads)
         verdict = plan_verdict(
@@ -1003,7 +1005,8 @@ def confirm(seed: int, budget: int) -> None:
             rows = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(space))
             roles = {r.trial: r.role for r in rows if r.role}
             report = build_report(rows, roles, start_noise=cfg.study.start_noise,
-                                  equivalent=load_equivalence(cfg.out_dir))  # fmt: skip
+                                  equivalent=load_equivalence(cfg.out_dir),
+                                  belief=believes(cfg))  # fmt: skip
             results[how] = (rows, report, wall, cfg)
     (srows, sreport, swall, cfg), (hrows, hreport, hwall, _) = (
         results["simulated"], results["HTTP twin"]

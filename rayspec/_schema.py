@@ -66,6 +66,7 @@ class Engine(str, enum.Enum):
 
 class Sampler(str, enum.Enum):
     structured = "structured"  # rayspec's search (search/_structured.py); Optuna records it
+    belief = "belief"  # one belief, one rule (search/_valued.py); Optuna records it
     tpe = "tpe"
     random = "random"
     grid = "grid"

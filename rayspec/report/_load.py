@@ -23,6 +23,7 @@ from rayspec._exceptions import StoreError
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec.results import StudyReport
+from rayspec.results import believes
 from rayspec.results import build_report
 from rayspec.results import candidate_reader
 from rayspec.results import deploy_script
@@ -81,6 +82,7 @@ class StudyData:
     start_noise: float = _DEFAULT_START_NOISE
     margin: float = 0.0
     equivalent: Equivalence | None = None
+    belief: bool = False  # judged by the belief search's decision (study.sampler: belief)
 
     def same_nccl(self, a: Candidate, b: Candidate) -> bool:
         """Whether two configurations run the same NCCL set, or sets of one screen class."""
@@ -94,7 +96,7 @@ class StudyData:
         roles = {t: r for t, r in self.roles.items() if t <= last_trial}
         return build_report(
             records, roles, start_noise=self.start_noise, margin=self.margin,
-            equivalent=self.equivalent,
+            equivalent=self.equivalent, belief=self.belief,
         )  # fmt: skip
 
 
@@ -169,7 +171,9 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
     attrs: dict[str, Any] = dict(study.user_attrs) if study is not None else {}
     if cfg is not None:
         start_noise, margin = cfg.study.start_noise, cfg.study.pick_margin
+        belief = believes(cfg)
     else:
+        belief = attrs.get("sampler") == "belief"
         start_noise = _float_attr(attrs, "start_noise", _DEFAULT_START_NOISE)
         margin = _float_attr(attrs, "pick_margin", 0.0)
     roles = {int(r["trial"]): str(r["role"]) for r in rows if r.get("role")}
@@ -179,8 +183,9 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
     read = candidate_reader(_space(path, cfg, study))
     records = [record_of_row(r, read) for r in rows]
     report = build_report(
-        records, roles, start_noise=start_noise, margin=margin, equivalent=equivalent
-    )
+        records, roles, start_noise=start_noise, margin=margin, equivalent=equivalent,
+        belief=belief,
+    )  # fmt: skip
     launch, source = "", ""
     if report.best is not None and cfg is not None:
         tied = tie_note(report, margin)

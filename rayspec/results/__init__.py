@@ -18,6 +18,7 @@ from rayspec.results._pareto import pareto_data
 from rayspec.results._pareto import pareto_front
 from rayspec.results._pareto import pareto_points
 from rayspec.results._pick import GATE_UNCHECKED
+from rayspec.results._pick import believes
 from rayspec.results._pick import build_report
 from rayspec.results._pick import candidate_reader
 from rayspec.results._pick import cost_key
@@ -51,6 +52,7 @@ from rayspec.results._table import vs_baseline
 from rayspec.results._table import within_noise
 
 __all__ = [
+    "believes",
     "ABOVE_PEAK_WHY",
     "DRAFT_PLACEHOLDER",
     "GATE_UNCHECKED",

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from rayspec._config import ExperimentConfig
+from rayspec._config import Sampler
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StoreError
@@ -27,11 +29,16 @@ from rayspec.results._table import StudyReport
 from rayspec.search import Equivalence
 from rayspec.search import Observation
 from rayspec.search import SearchSpace
+from rayspec.search import Pick
+from rayspec.search import Point
+from rayspec.search import believe
+from rayspec.search import decide
 from rayspec.search import pick
 from rayspec.search import prob_better
 from rayspec.search import weigh
 
 __all__ = [
+    "believes",
     "GATE_UNCHECKED",
     "build_report",
     "candidate_reader",
@@ -42,6 +49,11 @@ __all__ = [
 # The trial metric set to 1 when the gate was on but compared none of the trial's outputs (no
 # baseline reference): such a trial is never picked.
 GATE_UNCHECKED = "gate_unchecked"
+
+
+def believes(cfg: ExperimentConfig) -> bool:
+    """Whether the study is judged by the one belief (``study.sampler: belief``)."""
+    return cfg.study.sampler is Sampler.belief
 
 
 def cost_key(candidate: Candidate) -> tuple[int, int]:
@@ -109,6 +121,7 @@ def build_report(
     start_noise: float = 0.01,
     margin: float = 0.0,
     equivalent: Equivalence | None = None,
+    belief: bool = False,
 ) -> StudyReport:
     """Pool each configuration's starts and pick the configuration to deploy.
 
@@ -118,6 +131,8 @@ def build_report(
         start_noise: the prior between-start noise (``study.start_noise``).
         margin: ``study.pick_margin`` (0: the best estimate, guarded by the floors).
         equivalent: the NCCL screen's classes (equivalent sets pool into one configuration).
+        belief: judge by the belief search's one belief (``study.sampler: belief``): its
+            means and sds in the table, its decision (:func:`rayspec.search.decide`) the pick.
     """
     every = records
     records = [r for r in records if r.role != PLAN_ROLE and roles.get(r.trial) != PLAN_ROLE]
@@ -180,13 +195,16 @@ def build_report(
     }  # fmt: skip
     complete = {k: p for k, p in evidence.points.items() if p.complete and k not in unchecked}
     cost = {k: cost_key(p.candidate) for k, p in complete.items()}
-    choice = pick(
-        complete,
-        cheaper_margin=margin,
-        cost=cost,
-        difference=evidence.difference,
-        noise=evidence.noise,
-    )
+    if belief:
+        choice = _believed(observations, complete, rows, start_noise, equivalent, margin, cost)
+    else:
+        choice = pick(
+            complete,
+            cheaper_margin=margin,
+            cost=cost,
+            difference=evidence.difference,
+            noise=evidence.noise,
+        )
     ranked = sorted(rows.values(), key=lambda r: (-r.tok_s_mean, r.trial))
     per_scenario = []
     for i, sc in enumerate(scenarios):
@@ -221,6 +239,30 @@ def build_report(
         bench_s_saved=0.0 if math.isnan(saved) else saved,
         failures=failures,
     )
+
+
+def _believed(
+    observations: Sequence[Observation],
+    complete: Mapping[str, Point],
+    rows: dict[str, Row],
+    start_noise: float,
+    equivalent: Equivalence | None,
+    margin: float,
+    cost: Mapping[str, tuple[int, int]],
+) -> Pick | None:
+    """The belief's decision over the deployable configurations; the rows take its means."""
+    believed = believe(observations, start_noise=start_noise, equivalent=equivalent)
+    for key, row in list(rows.items()):
+        if key in believed.keys:
+            rows[key] = dataclasses.replace(
+                row, tok_s_mean=believed.tok_s(key), sd=believed.sd(key)
+            )
+    feasible = [k for k, p in complete.items() if p.feasible] or list(complete)
+    floors = [k for k in feasible if complete[k].floor]
+    decision = decide(believed, feasible, floors, margin=margin, cost=cost)
+    if decision is None:
+        return None
+    return Pick(complete[decision.key], complete[decision.best], decision.note)
 
 
 def _unchecked_note(unchecked: set[str], rows: Mapping[str, Row]) -> str:

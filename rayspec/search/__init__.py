@@ -5,6 +5,10 @@ Only this package imports optuna.
 
 from __future__ import annotations
 
+from rayspec.search._belief import Belief
+from rayspec.search._belief import Decision
+from rayspec.search._belief import believe
+from rayspec.search._belief import decide
 from rayspec.search._history import Equivalence
 from rayspec.search._history import Evidence
 from rayspec.search._history import Observation
@@ -31,8 +35,12 @@ from rayspec.search._study import StudyHandle
 from rayspec.search._study import TrialHandle
 from rayspec.search._study import open_study
 from rayspec.search._study import validate_enqueue
+from rayspec.search._valued import BeliefSearch
 
 __all__ = [
+    "Belief",
+    "BeliefSearch",
+    "Decision",
     "Equivalence",
     "Estimate",
     "Evidence",
@@ -50,7 +58,9 @@ __all__ = [
     "StudyHandle",
     "TrialHandle",
     "Wait",
+    "believe",
     "canonical_key",
+    "decide",
     "open_study",
     "pick",
     "prob_better",

@@ -27,6 +27,7 @@ from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import TrialResult
 from rayspec.results import StudyReport
+from rayspec.results import believes
 from rayspec.results import build_report
 from rayspec.results import candidate_reader
 from rayspec.results import observations_from_records
@@ -206,7 +207,7 @@ def _run_study(
         # Nothing may start: no screen, no Ray; the report as it stands.
         final = build_report(
             records, roles, start_noise=cfg.study.start_noise, margin=cfg.study.pick_margin,
-            equivalent=stored_equivalence(cfg),
+            equivalent=stored_equivalence(cfg), belief=believes(cfg),
         )  # fmt: skip
         if write_report:  # from this experiment, as best.sh is (a changed port reaches both)
             _write_report(cfg, printer)
@@ -340,7 +341,7 @@ def _run_study(
                 kept = store.load_records(read)
                 searched = build_report(
                     kept, handle.roles(), start_noise=cfg.study.start_noise,
-                    margin=cfg.study.pick_margin, equivalent=equivalent,
+                    margin=cfg.study.pick_margin, equivalent=equivalent, belief=believes(cfg),
                 )  # fmt: skip
                 verify_plan(cfg, handle, searched, kept, budget, record, trial_fn, lines, printer)
         except BaseException:
@@ -352,7 +353,7 @@ def _run_study(
             raise
     final = build_report(
         store.load_records(read), handle.roles(), start_noise=cfg.study.start_noise,
-        margin=cfg.study.pick_margin, equivalent=equivalent,
+        margin=cfg.study.pick_margin, equivalent=equivalent, belief=believes(cfg),
     )  # fmt: skip
     if write_report:
         _write_report(cfg, printer)

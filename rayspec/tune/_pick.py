@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from rayspec._config import ExperimentConfig
 from rayspec._types import TrialRecord
+from rayspec.results import believes
 from rayspec.results import build_report
 from rayspec.search import Equivalence
 from rayspec.tune._progress import PickView
@@ -24,7 +25,7 @@ def pick_line(
     if not records:
         return "no pick yet", None
     report = build_report(records, roles, start_noise=cfg.study.start_noise, equivalent=equivalent,
-                          margin=cfg.study.pick_margin)  # fmt: skip
+                          margin=cfg.study.pick_margin, belief=believes(cfg))  # fmt: skip
     best = report.best
     if best is None:
         return "no pick yet", None

@@ -14,6 +14,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._config import Sampler
 from rayspec.results import load_equivalence
 from rayspec.screen import BaseNcclScreen
+from rayspec.search import BeliefSearch
 from rayspec.search import Equivalence
 from rayspec.search import SamplerStrategy
 from rayspec.search import SearchSpace
@@ -33,9 +34,15 @@ def make_strategy(
 ) -> Strategy:
     """The study's strategy: the structured search (after the NCCL screen), or Optuna's
     sampler (``tpe``, ``random``, ``grid``; the sampler itself is the study's)."""
-    if cfg.study.sampler is not Sampler.structured:
+    if cfg.study.sampler not in (Sampler.structured, Sampler.belief):
         return SamplerStrategy()
     report = run_screen(cfg, space, printer, screen)
+    if cfg.study.sampler is Sampler.belief:
+        return BeliefSearch(
+            space, report, token_bytes=token_bytes(cfg) if report else 1,
+            concurrency=cfg.scenarios()[0].concurrency, start_noise=cfg.study.start_noise,
+            runs=cfg.bench.repeats, loads=len({sc.concurrency for sc in cfg.scenarios()}),
+        )  # fmt: skip
     return StructuredSearch(
         space, report, token_bytes=token_bytes(cfg) if report else 1,
         concurrency=cfg.scenarios()[0].concurrency, start_noise=cfg.study.start_noise,
@@ -51,4 +58,5 @@ def make_strategy(
 def stored_equivalence(cfg: ExperimentConfig) -> Equivalence | None:
     """The pooling of NCCL sets the study's strategy used, read from the study folder (a
     report of a study with nothing left to run builds no strategy, and runs no screen)."""
-    return load_equivalence(cfg.out_dir) if cfg.study.sampler is Sampler.structured else None
+    screened = cfg.study.sampler in (Sampler.structured, Sampler.belief)
+    return load_equivalence(cfg.out_dir) if screened else None
