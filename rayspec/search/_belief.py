@@ -230,9 +230,10 @@ def _lattice(candidate: Candidate) -> Lattice:
 
 def _features(spec: SpecSettings | None) -> tuple[float, float, float]:
     """A setting's place for the discrepancy: steps / 1.5, log2 topk, draft tokens / 3 (one
-    unit: about the distance over which throughput moves by its own noise)."""
+    unit: about the distance over which throughput moves by its own noise). No speculation is
+    far from every setting: the model's error there is its own."""
     if spec is None:
-        return (0.0, 0.0, 0.0)
+        return (-100.0, 0.0, 0.0)
     return (spec.num_steps / 1.5, math.log2(spec.eagle_topk), spec.num_draft_tokens / 3.0)
 
 
@@ -390,23 +391,27 @@ def believe(
     sigma_b2 = sum(p * s * s for s, p in posterior)
     data = _measured_rows(groups, noise, sigma_b2, runs)
     keys = tuple(cands)
+    # One online model per NCCL class and server settings, from its speculative starts.
+    spec_starts: dict[tuple[Env, tuple[str, ...]], list[tuple[SpecSettings, Start, str]]] = {}
+    for key in keys:
+        cand = cands[key]
+        if cand.spec is None or _kind(cand.spec) != _NO_MODEL:
+            continue
+        rows = spec_starts.setdefault((cand.nccl_env, cand.server_settings), [])
+        rows += [(cand.spec, s, key) for s in groups.get(key, []) if s.trial in hist]
+    models = {
+        site: _model_of([(sp, s, hist[s.trial]) for sp, s, _ in rows])
+        for site, rows in spec_starts.items()
+    }
     lattices: dict[Lattice, list[str]] = {}
     for key in keys:
-        lattices.setdefault(_lattice(cands[key]), []).append(key)
-    # One online model per NCCL class and server settings, from its speculative starts.
-    models: dict[tuple[Env, tuple[str, ...]], OnlineModel | None] = {}
-    spec_starts: dict[tuple[Env, tuple[str, ...]], list[tuple[SpecSettings, Start, str]]] = {}
-    for (env, settings, kind), members in lattices.items():
-        if kind != _NO_MODEL:
-            continue
-        rows = [
-            (cands[k].spec, s, k)
-            for k in members
-            for s in groups.get(k, [])
-            if cands[k].spec is not None and s.trial in hist
-        ]
-        spec_starts[(env, settings)] = rows  # type: ignore[assignment]
-        models[(env, settings)] = _model_of([(sp, s, hist[s.trial]) for sp, s, _ in rows])  # type: ignore[misc]
+        cand = cands[key]
+        lattice = _lattice(cand)
+        # No speculation joins its speculative settings where a model relates them (one
+        # decode step is the cost form's c0): an accept length near 1 then cannot beat it.
+        if cand.spec is None and models.get((cand.nccl_env, cand.server_settings)) is not None:
+            lattice = (lattice[0], lattice[1], _NO_MODEL)
+        lattices.setdefault(lattice, []).append(key)
     prior: dict[str, float] = {}
     loo: dict[str, float] = {}
     for key in keys:
@@ -415,9 +420,9 @@ def believe(
         m = _log_predict(model, cand.spec)
         prior[key] = 0.0 if m is None else m
         rows = spec_starts.get((cand.nccl_env, cand.server_settings), [])
-        if key in data and m is not None and cand.spec is not None and _kind(cand.spec) == _NO_MODEL:
+        if key in data and m is not None and (cand.spec is None or _kind(cand.spec) == _NO_MODEL):
             rest = [(sp, s, hist[s.trial]) for sp, s, k in rows if k != key]
-            m_loo = _log_predict(_model_of(rest), cand.spec) if rest else None  # type: ignore[arg-type]
+            m_loo = _log_predict(_model_of(rest), cand.spec) if rest else None
             if m_loo is not None:
                 loo[key] = data[key].y - m_loo
     # The discrepancy's hyperparameters: weighted by the leave-one-out residuals' likelihood.

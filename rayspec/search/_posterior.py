@@ -50,8 +50,9 @@ _WITHIN_PRIOR_DF = 2.0
 # starts.
 _PRIOR_LOG_SD = math.log(3.0)
 _PRIOR_DF = 1.0 / (2.0 * _PRIOR_LOG_SD**2)
-# The grid the posterior of the between-start sd is computed on (relative sd).
-_GRID_LOW, _GRID_HIGH, _GRID_SIZE = 0.0005, 0.3, 160
+# The grid the posterior of the between-start sd is computed on (relative sd, log scale): up to
+# 1.5, since a start on a loaded host can read a fifth of another (12 and 60 tok/s measured).
+_GRID_LOW, _GRID_HIGH, _GRID_SIZE = 0.0005, 1.5, 200
 _MIN_WITHIN = 1e-4  # a 0.01 % floor: a constant series still has finite precision
 
 
