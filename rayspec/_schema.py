@@ -113,6 +113,10 @@ class StudyConfig:
     # placement): the median of a weak prior (a factor of 3 is one sd) that the configurations
     # started more than once update.
     start_noise: float = 0.01
+    # The belief search (sampler belief) stops once no restart is expected to raise the
+    # deployed throughput by this much (relative: 0.0025 is 0.25 %); lower it (or 0: spend the
+    # whole budget) to go on with a study that stopped by itself.
+    stop_gain: float = 0.0025
     # The accept length your drafter is known to give (e.g. its best chain's): a trial far below
     # it is flagged (a drafter wired to the wrong layers). Empty: judged by the best chain.
     expect_accept_length: float | None = None

@@ -184,6 +184,8 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("study.max_wall_s", f"{s.max_wall_s} must be a positive number of seconds")
     if not 0.0 < s.start_noise < 0.5:
         raise _fail("study.start_noise", f"{s.start_noise} must be in (0, 0.5), e.g. 0.01")
+    if not 0.0 <= s.stop_gain < 0.5:
+        raise _fail("study.stop_gain", f"{s.stop_gain} must be in [0, 0.5), e.g. 0.0025")
     if s.n_startup_trials < 0:
         raise _fail("study.n_startup_trials", "must be 0 or more")
     if not 1 <= srv.tp_size <= 64:

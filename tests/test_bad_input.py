@@ -33,6 +33,7 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
     ("max-restarts-zero", {}, ["study.max_restarts=0"], "study.max_restarts: 0 must be"),
     ("max-wall-negative", {}, ["study.max_wall_s=-5"], "study.max_wall_s: -5.0 must be"),
     ("start-noise", {}, ["study.start_noise=2"], "study.start_noise: 2.0 must be in"),
+    ("stop-gain", {}, ["study.stop_gain=-0.1"], "study.stop_gain: -0.1 must be in [0, 0.5)"),
     (
         "placement-timeout-negative",
         {},

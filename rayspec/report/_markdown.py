@@ -249,6 +249,31 @@ def _summary(data: StudyData) -> list[str]:
     return lines
 
 
+def _launch_count(row: dict[str, Any]) -> int | None:
+    value = row.get("restart")
+    return int(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _restarts(data: StudyData) -> list[str]:
+    """``## Why each restart``: every server launch, in order, with the search's reason (the
+    belief search's names the three starts worth most, with their means and sds)."""
+    launched = sorted(
+        (r for r in data.rows if _launch_count(r) is not None),
+        key=lambda r: (_launch_count(r), int(r["trial"])),
+    )
+    if not launched:
+        return []
+    lines = ["", "## Why each restart", "", "| restart | trial | configuration | why |",
+             "|---|---|---|---|"]  # fmt: skip
+    for r in launched:
+        why = r.get("reason") or r.get("role") or ""
+        lines.append(
+            f"| {_launch_count(r)} | {r['trial']} | {_cell(str(r.get('candidate') or ''))} | "
+            f"{_cell(str(why))} |"
+        )
+    return lines
+
+
 def plan_verdict_of(data: StudyData) -> PlanVerdict | None:
     """The plan's verification from the folder: its loads are the plan's tiers (each a
     closed-loop scenario's concurrency); the objective is the scenario stored unprefixed."""
@@ -323,6 +348,7 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
             "ratio's 95 % interval holds both estimates' uncertainty."
         )
         lines += [""] + _gains(data)
+    lines += _restarts(data)
     lines += plan_section(data)
     pareto = pareto_table(data)
     if pareto:

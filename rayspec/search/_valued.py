@@ -310,7 +310,7 @@ class BeliefSearch(Strategy):
         k = 2 if 2 in self.steps else self.steps[0]
         spec = SpecSettings(self.algorithm, k, 1, k + 1)
         failed, banned = _failures(observations, self._key)
-        fallback = ()
+        fallback: Env = ()
         if state.decision is not None:
             fallback = state.belief.candidates[state.belief.index(state.decision.key)].nccl_env
         cand = Candidate(nccl_env=self.nccl_for(spec, banned, fallback), spec=spec)

@@ -42,6 +42,7 @@ def make_strategy(
             space, report, token_bytes=token_bytes(cfg) if report else 1,
             concurrency=cfg.scenarios()[0].concurrency, start_noise=cfg.study.start_noise,
             runs=cfg.bench.repeats, loads=len({sc.concurrency for sc in cfg.scenarios()}),
+            stop_gain=cfg.study.stop_gain,
         )  # fmt: skip
     return StructuredSearch(
         space, report, token_bytes=token_bytes(cfg) if report else 1,
