@@ -35,6 +35,7 @@ is the one answer to "is A faster than B".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -327,15 +328,10 @@ def _posterior(
     xq: np.ndarray,
     scale: float,
     length: float,
-    beta_prior: tuple[float, float] | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Universal kriging with a constant: the residual's posterior mean and covariance at
-    ``xq`` (beta flat, or N(mean, var) when ``beta_prior`` is given)."""
+    """Universal kriging with a constant (flat): the residual's posterior mean and covariance
+    at ``xq``."""
     kqq = scale**2 * _kernel(xq, xq, length)
-    if rd.size == 0:
-        assert beta_prior is not None
-        mean = np.full(len(xq), beta_prior[0])
-        return mean, kqq + beta_prior[1]
     c = _cholesky(scale**2 * _kernel(xd, xd, length) + np.diag(vd))
     kqd = scale**2 * _kernel(xq, xd, length)
     a = np.linalg.solve(c, kqd.T)  # L^-1 K_dq
@@ -343,12 +339,10 @@ def _posterior(
     ci_r = np.linalg.solve(c, rd)
     ci_1 = np.linalg.solve(c, ones)
     s = float(ci_1 @ ci_1)
-    prior_precision = 0.0 if beta_prior is None else 1.0 / beta_prior[1]
-    prior_mean = 0.0 if beta_prior is None else beta_prior[0]
-    beta = (float(ci_1 @ ci_r) + prior_precision * prior_mean) / (s + prior_precision)
-    u = 1.0 - a.T @ ci_1  # what the level adds at each query
+    beta = float(ci_1 @ ci_r) / s
+    u = 1.0 - a.T @ ci_1  # what the level's uncertainty adds at each query
     mean = beta + a.T @ (ci_r - beta * ci_1)
-    cov = kqq - a.T @ a + np.outer(u, u) / (s + prior_precision)
+    cov = kqq - a.T @ a + np.outer(u, u) / s
     return mean, cov
 
 
@@ -447,33 +441,48 @@ def believe(
     cov = np.zeros((n, n))
     index = {k: i for i, k in enumerate(keys)}
     levels: dict[Lattice, tuple[float, float]] = {}
-    ordered = sorted(lattices.items(), key=lambda kv: -sum(k in data for k in kv[1]))
-    for lattice, members in ordered:
+    later: list[tuple[Lattice, list[str]]] = []
+    for lattice, members in lattices.items():
         measured = [k for k in members if k in data]
-        beta_prior = None
         if not measured:
-            beta_prior = _related_level(lattice, levels)
+            later.append((lattice, members))
+            continue
         xq = np.array([_features(cands[k].spec) for k in members])
         xd = np.array([_features(cands[k].spec) for k in measured]).reshape(-1, 3)
         rd = np.array([data[k].y - prior[k] for k in measured])
         vd = np.array([data[k].var for k in measured])
         m1 = np.zeros(len(members))
         m2 = np.zeros((len(members), len(members)))
+        total = 0.0
         for w, (scale, ell) in zip(weights, hypers, strict=True):
             if w < 1e-6:
                 continue
-            mu, sig = _posterior(xd, rd, vd, xq, scale, ell, beta_prior)
+            mu, sig = _posterior(xd, rd, vd, xq, scale, ell)
             m1 += w * mu
             m2 += w * (sig + np.outer(mu, mu))
-        total = float(weights[weights >= 1e-6].sum())
+            total += w
         m1 /= total
-        covl = m2 / total - np.outer(m1, m1)
         idx = [index[k] for k in members]
         mean[idx] = m1 + np.array([prior[k] for k in members])
-        cov[np.ix_(idx, idx)] = covl
-        if measured and lattice not in levels:
-            level = float(np.mean(m1))
-            levels[lattice] = (level, float(np.mean(np.diag(covl))))
+        cov[np.ix_(idx, idx)] = m2 / total - np.outer(m1, m1)
+        at = [index[k] for k in measured]
+        levels[lattice] = (float(np.mean(mean[at])), float(np.mean(np.diag(cov)[at])))
+    # A lattice with nothing measured (adaptive steps, overlap off, a flag, another NCCL class):
+    # each member sits at its static counterpart's belief, all of them shifted together by one
+    # unknown offset of _LATTICE_SD (what the mode or flag does to this node).
+    for lattice, members in later:
+        idx = [index[k] for k in members]
+        bases = [index.get(canonical_key(_normalise(_base(cands[k]), same))) for k in members]
+        if all(b is not None and _lattice(cands[keys[b]]) in levels for b in bases):
+            b = [int(x) for x in bases if x is not None]
+            mean[idx] = mean[b]
+            cov[np.ix_(idx, range(n))] = cov[b, :]
+            cov[np.ix_(range(n), idx)] = cov[:, b]
+            cov[np.ix_(idx, idx)] = cov[np.ix_(b, b)] + _LATTICE_SD**2
+        else:
+            level, var = _related_level(lattice, levels)
+            mean[idx] = level
+            cov[np.ix_(idx, idx)] = var + _LATTICE_SD**2 + np.eye(len(idx)) * _MODEL_ERROR**2
     scale_mean = float(sum(w * s for w, (s, _) in zip(weights, hypers, strict=True)))
     main = max(models.items(), key=lambda kv: len(spec_starts.get(kv[0], [])), default=None)
     start_var = {k: d.start_var for k, d in data.items()}
@@ -493,11 +502,23 @@ def believe(
     )
 
 
+def _base(candidate: Candidate) -> Candidate:
+    """The static configuration a mode or a flag is a variation of: adaptive steps' starting
+    chain, a chain with the overlap scheduler on, the configuration without flags or knobs."""
+    spec = candidate.spec
+    if spec is not None and spec.adaptive:
+        spec = SpecSettings(spec.algorithm, spec.num_steps, 1, spec.num_steps + 1)
+    elif spec is not None and not spec.overlap:
+        spec = dataclasses.replace(spec, overlap=True)
+    return Candidate(nccl_env=candidate.nccl_env, spec=spec)
+
+
 def _related_level(
     lattice: Lattice, levels: Mapping[Lattice, tuple[float, float]]
 ) -> tuple[float, float]:
-    """The level an unmeasured lattice borrows: the same NCCL class and settings' speculative
-    lattice, else the same class, else the most measured one; widened by ``_LATTICE_SD``."""
+    """The level (mean log tok/s of its measured members, and their variance) an unmeasured
+    lattice without a static counterpart borrows: the same NCCL class and settings', else the
+    same class's, else any."""
     env, settings, _ = lattice
     for cond in (
         lambda la: la[0] == env and la[1] == settings,
@@ -506,5 +527,5 @@ def _related_level(
     ):
         for la, (level, var) in levels.items():
             if cond(la):
-                return level, var + _LATTICE_SD**2
+                return level, var
     return 0.0, 1e6  # nothing measured anywhere: no level to speak of

@@ -72,6 +72,12 @@ class Strategy(abc.ABC):
         default."""
         return env
 
+    def extend(self, until: int) -> None:
+        """The study had stopped by itself and is run again with a larger
+        ``study.max_restarts``: the added restarts are the user's to spend, up to ``until``
+        server launches in all (a strategy with a stop rule of its own lifts it until then).
+        Nothing by default."""
+
     def measured_in_full(self, candidate: Candidate) -> bool:
         """Whether a trial of ``candidate`` must not be pruned (the references always are
         measured in full; this adds what the strategy itself needs in full)."""

@@ -522,6 +522,10 @@ class StudyHandle:
         for key, value in attrs.items():
             self._study.set_user_attr(key, value)
 
+    def study_attrs(self) -> dict[str, Any]:
+        """The study's user attributes as stored."""
+        return dict(self._study.user_attrs)
+
 
 def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
     """Create the study, or resume it from its storage.

@@ -132,6 +132,7 @@ class BeliefSearch(Strategy):
         self.start_noise = start_noise
         self.runs = max(1, runs)
         self.stop_gain = stop_gain
+        self.lifted_until = 0  # the stop rule is lifted until this many launches (extend)
         self.loads = loads
         self.server_knobs = dict(server_knobs or {})
         algos = [m for m in space.modes if m != SPEC_OFF and not is_adaptive(m)]
@@ -150,7 +151,8 @@ class BeliefSearch(Strategy):
         if opening is not None:
             return study.ask(opening, reason="the first chain: what the online model needs")
         top = state.options[0] if state.options else None
-        if top is None or top.value < self.stop_gain:
+        lifted = sum(o.launched for o in observations) < self.lifted_until
+        if top is None or (top.value < self.stop_gain and not lifted):
             return Wait() if running else Wait(done=self.stop_line(state))
         repeat_of = None
         if top.measured:
@@ -159,6 +161,11 @@ class BeliefSearch(Strategy):
                 None,
             )
         return study.ask(top.candidate, reason=explain(state.options), repeat_of=repeat_of)
+
+    def extend(self, until: int) -> None:
+        """Spend the restarts asked for, each on the start worth most: the stop rule is
+        lifted until ``until`` server launches."""
+        self.lifted_until = until
 
     def measured_in_full(self, candidate: Candidate) -> bool:
         return self.loads > 1 and candidate.spec is None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
+from rayspec._config import Sampler
 from rayspec._config import load_config
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import RayspecError
@@ -230,6 +231,11 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     print()
     if outcome.stopped:
         _say(f"stopped: {outcome.stopped}")
+        if outcome.stopped.startswith("converged") and cfg.study.sampler is Sampler.belief:
+            _say(
+                f"  to go on: study.max_restarts={cfg.study.max_restarts + 5} (the added "
+                "restarts are spent where they are worth most) or a lower study.stop_gain"
+            )
     print(
         f"study {cfg.study.name}: {plural(report.restarts, 'server restart')}, "
         f"{plural(report.total, 'trial')} ({report.failed} failed, {report.pruned} pruned, "

@@ -81,6 +81,9 @@ _MAX_INSTANT_IN_A_ROW = 200
 # trial to end (each is an Optuna trial that ends as a reuse: a small space must not fill the
 # study with them).
 _MAX_HOLDS_PER_ROUND = 4
+# The study attribute that holds the budget a study had when its search stopped by itself.
+_CONVERGED_BUDGET = "converged_with_budget"
+_CONVERGED_USED = "converged_after_restarts"
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,15 @@ def _run_study(
         )
     if strategy is None:
         strategy = make_strategy(cfg, space, printer, screen)
+    attrs = handle.study_attrs()
+    then, used = attrs.get(_CONVERGED_BUDGET), attrs.get(_CONVERGED_USED)
+    if isinstance(then, int) and isinstance(used, int) and cfg.study.max_restarts > then:
+        added = cfg.study.max_restarts - then
+        strategy.extend(used + added)
+        printer(
+            f"the study had stopped by itself after {plural(used, 'restart')} of {then}: the "
+            f"{added} added are spent where they are worth most"
+        )
     equivalent = strategy.equivalent
     observations: list[Observation] = observations_from_records(records, roles)
     gate = make_gate(cfg, store, roles, records, printer)
@@ -357,6 +369,10 @@ def _run_study(
     )  # fmt: skip
     if write_report:
         _write_report(cfg, printer)
+    if stopped.startswith("converged"):  # a larger budget next time is spent, not stopped on
+        handle.set_study_attrs(
+            {_CONVERGED_BUDGET: cfg.study.max_restarts, _CONVERGED_USED: budget.restarts}
+        )
     return StudyOutcome(
         final, record.ran, done_before, time.monotonic() - t0, record.pruned, record.saved_s,
         budget.restarts, stopped,
