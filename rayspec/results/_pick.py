@@ -28,9 +28,9 @@ from rayspec.results._table import Row
 from rayspec.results._table import StudyReport
 from rayspec.search import Equivalence
 from rayspec.search import Observation
-from rayspec.search import SearchSpace
 from rayspec.search import Pick
 from rayspec.search import Point
+from rayspec.search import SearchSpace
 from rayspec.search import believe
 from rayspec.search import decide
 from rayspec.search import pick

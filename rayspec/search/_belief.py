@@ -23,9 +23,10 @@ speculative, no speculation, adaptive, overlap off) is::
   discrepancy grows and the whole belief widens by itself; where it predicts well, the belief
   narrows. A lattice with nothing measured borrows its level from a related one, within
   ``_LATTICE_SD``.
-- ``sigma_b``: the between-start noise's posterior (:func:`~rayspec.search._posterior.between_posterior`),
-  at its predictive variance ``E[sigma_b²]``: with no configuration started twice the prior's
-  (1 %, a factor of 3 either way) gives a start about 3 % of its own uncertainty.
+- ``sigma_b``: the between-start noise's posterior
+  (:func:`~rayspec.search._posterior.between_posterior`), at its predictive variance
+  ``E[sigma_b²]``: with no configuration started twice the prior's (1 %, a factor of 3 either
+  way) gives a start about 3 % of its own uncertainty.
 
 The belief is the mixture over the grid, matched to one normal (its mean and covariance), so the
 decision (:func:`decide`), the value of a start (:mod:`rayspec.search._kg`) and the stop line's
@@ -203,9 +204,12 @@ def decide(
         near = [k for k in eligible if belief.mean[belief.index(k)] >= limit]
         cheapest = min(near, key=lambda k: (cost.get(k, (0, 0)), -belief.mean[belief.index(k)]))
         if cheapest != key:
-            key, note = cheapest, (
-                f"within {margin:.0%} of the best eligible mean and cheaper (fewer draft tokens "
-                "/ steps): picked, as study.pick_margin asks"
+            key, note = (
+                cheapest,
+                (
+                    f"within {margin:.0%} of the best eligible mean and cheaper (fewer draft "
+                    "tokens / steps): picked, as study.pick_margin asks"
+                ),
             )
     below = 0.0 if key == floor else belief.prob_faster(floor, key)
     return Decision(key, best, floor if floor_keys else None, below, note)

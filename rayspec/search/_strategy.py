@@ -77,6 +77,7 @@ class Strategy(abc.ABC):
         ``study.max_restarts``: the added restarts are the user's to spend, up to ``until``
         server launches in all (a strategy with a stop rule of its own lifts it until then).
         Nothing by default."""
+        return None
 
     def measured_in_full(self, candidate: Candidate) -> bool:
         """Whether a trial of ``candidate`` must not be pruned (the references always are

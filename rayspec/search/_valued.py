@@ -36,7 +36,6 @@ import numpy as np
 from rayspec._config import SPEC_OFF
 from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import FailureReason
-from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
 from rayspec._types import TrialState
@@ -157,7 +156,11 @@ class BeliefSearch(Strategy):
         repeat_of = None
         if top.measured:
             repeat_of = next(
-                (o.trial for o in observations if o.measured and self._key(o.candidate) == top.key),
+                (
+                    o.trial
+                    for o in observations
+                    if o.measured and self._key(o.candidate) == top.key
+                ),
                 None,
             )
         return study.ask(top.candidate, reason=explain(state.options), repeat_of=repeat_of)
@@ -271,8 +274,12 @@ class BeliefSearch(Strategy):
         if self.space.overlap_searched and self.algorithm is not None:
             for k in self.steps:
                 for overlap in (FLAG_ON, FLAG_OFF):
-                    params: dict[str, Any] = {P_MODE: self.algorithm, "spec.num_steps": k,
-                                              "spec.eagle_topk": 1, P_OVERLAP: overlap}  # fmt: skip
+                    params: dict[str, Any] = {
+                        P_MODE: self.algorithm,
+                        "spec.num_steps": k,
+                        "spec.eagle_topk": 1,
+                        P_OVERLAP: overlap,
+                    }
                     if 1 in self.space.eagle_topk:
                         add(self.space.candidate(params).spec)
         if decision is not None:

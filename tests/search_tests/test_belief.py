@@ -21,9 +21,9 @@ from rayspec._types import TrialState
 from rayspec.search import believe
 from rayspec.search import decide
 from rayspec.search._history import Observation
-from rayspec.search._online import Acceptance
 from rayspec.search._kg import deployed_value
 from rayspec.search._kg import kg_star
+from rayspec.search._online import Acceptance
 
 RATES = (0.75, 0.6, 0.5, 0.4, 0.35, 0.3)
 
@@ -138,8 +138,14 @@ def test_an_accept_length_of_one_cannot_replace_a_floor_on_wild_starts() -> None
     obs = [
         Observation(0, base, TrialState.COMPLETE, (12.1, 12.3, 12.2), role="baseline"),
         Observation(1, base, TrialState.COMPLETE, (60.0, 60.2, 60.1), role="baseline"),
-        Observation(2, spec, TrialState.COMPLETE, (59.8, 60.3, 60.0),
-                    accept_length=1.03, accept_histogram=(97, 3)),  # fmt: skip
+        Observation(
+            2,
+            spec,
+            TrialState.COMPLETE,
+            (59.8, 60.3, 60.0),
+            accept_length=1.03,
+            accept_histogram=(97, 3),
+        ),  # fmt: skip
     ]
     belief = believe(obs)
     keys = {c.label(): k for k, c in zip(belief.keys, belief.candidates, strict=True)}
