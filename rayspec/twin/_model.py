@@ -135,20 +135,31 @@ class PerfModel:
 
     # ------------------------------------------------------------- speculative
 
-    def verify_ms(self, batch: int = 1, ctx: float | None = None) -> float:
-        """V: one TARGET_VERIFY forward over ``batch · N`` tokens plus F_spec."""
+    def verify_ms(self, batch: int = 1, ctx: float | None = None, *, graph: bool = True) -> float:
+        """V: one TARGET_VERIFY forward over ``batch · N`` tokens plus F_spec (in a graph at
+        the next of ``forward.graph_token_sizes``; a tree pays ``tree_verify_ms_per_token``
+        per verified token more: *Model variants*)."""
         spec = self._require_spec()
-        return self.forward_ms(
-            batch * spec.num_draft_tokens, batch, ctx
-        ) + self.profile.speculative.f_spec_ms(spec.overlap or spec.eagle_topk > 1)
+        tokens = batch * spec.num_draft_tokens
+        run_at = self.profile.forward.graph_tokens(tokens) if graph else tokens
+        s = self.profile.speculative
+        tree = s.tree_verify_ms_per_token * tokens if spec.eagle_topk > 1 else 0.0
+        return (
+            self.forward_ms(run_at, batch, ctx)
+            + s.f_spec_ms(spec.overlap or spec.eagle_topk > 1)
+            + tree
+        )
 
     def draft_ms(self, batch: int = 1) -> float:
-        """D: the k draft steps of one cycle (drafter forwards and their collectives)."""
+        """D: the k draft steps of one cycle (drafter forwards and their collectives; a topk-m
+        step pays ``topk_step_ms (m**topk_power - 1)`` more: *Model variants*)."""
         spec = self._require_spec()
         s = self.profile.speculative
         payload = batch * spec.eagle_topk * self.profile.model.token_bytes
         per_step = (
-            s.d_step_ms + s.draft_collectives_per_step * self.nccl.allreduce_us(payload) / 1000
+            s.d_step_ms
+            + s.draft_collectives_per_step * self.nccl.allreduce_us(payload) / 1000
+            + s.topk_step_ms * (spec.eagle_topk**s.topk_power - 1)
         )
         return s.D0_ms + spec.num_steps * per_step
 
@@ -182,9 +193,10 @@ class PerfModel:
             0.0 if graph else self.eager_ms()
         )
         if self.spec is None:
-            return self.forward_ms(batch, batch, ctx) + extra
+            tokens = self.profile.forward.graph_tokens(batch) if graph else batch
+            return self.forward_ms(tokens, batch, ctx) + extra
         self._check_tree()
-        return self.verify_ms(batch, ctx) + self.draft_ms(batch) + extra
+        return self.verify_ms(batch, ctx, graph=graph) + self.draft_ms(batch) + extra
 
     # --------------------------------------------------------------- acceptance
 
