@@ -159,7 +159,7 @@ class PerfModel:
         per_step = (
             s.d_step_ms
             + s.draft_collectives_per_step * self.nccl.allreduce_us(payload) / 1000
-            + s.topk_step_ms * (spec.eagle_topk**s.topk_power - 1)
+            + s.topk_step_ms * (float(spec.eagle_topk) ** s.topk_power - 1.0)
         )
         return s.D0_ms + spec.num_steps * per_step
 

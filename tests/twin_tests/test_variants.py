@@ -111,7 +111,7 @@ def test_a_bad_variant_key_is_named(section: str, key: str, value: Any, message:
 
 def test_the_http_twin_and_the_simulation_serve_the_same_variant(tmp_path: Any) -> None:
     """Every variant at once, noise off: a tree's requests take as long over HTTP (the twin's
-    clock) as in process, and the variants cost the cycle a fifth more than the plain model."""
+    clock) as in process, and the variants cost this tree's cycle 16.5 % more than the plain model."""
     data = _variant(
         forward={"graph_token_sizes": SIZES},
         speculative={"topk_step_ms": 0.05, "topk_power": 2.0, "tree_verify_ms_per_token": 0.1},
@@ -142,4 +142,4 @@ def test_the_http_twin_and_the_simulation_serve_the_same_variant(tmp_path: Any) 
         assert got.verify_ct == rec.spec_verify_ct
         assert got.e2e_ms == pytest.approx(rec.e2e_ms, rel=0.02)
     plain = _model(_field(), cand.spec)
-    assert sim.model.step_ms(1) / plain.step_ms(1) == pytest.approx(1.2, abs=0.05)
+    assert sim.model.step_ms(1) / plain.step_ms(1) == pytest.approx(1.165, abs=0.005)
