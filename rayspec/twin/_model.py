@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import random
 import threading
 
@@ -159,7 +160,7 @@ class PerfModel:
         per_step = (
             s.d_step_ms
             + s.draft_collectives_per_step * self.nccl.allreduce_us(payload) / 1000
-            + s.topk_step_ms * (float(spec.eagle_topk) ** s.topk_power - 1.0)
+            + s.topk_step_ms * (math.pow(spec.eagle_topk, s.topk_power) - 1.0)
         )
         return s.D0_ms + spec.num_steps * per_step
 
