@@ -32,14 +32,17 @@ __all__ = ["synthetic_landscape", "toy_settings"]
 
 
 def toy_settings(
-    steps: Sequence[int] = (1, 2, 3), topks: Sequence[int] = (1, 2)
+    steps: Sequence[int] = (1, 2, 3),
+    topks: Sequence[int] = (1, 2),
+    budgets: Sequence[int] = (4, 6),
 ) -> list[SpecSettings | None]:
-    """No speculation, a chain per step count, and per topk > 1 trees of 2k and 3k tokens."""
+    """No speculation and every setting of the product space: a chain per step count, and the
+    trees of each topk > 1 at each draft-token budget that fits (what a search space of these
+    steps, topks and budgets holds)."""
     out: list[SpecSettings | None] = [None]
     for k in steps:
         for m in topks:
-            budgets = [k + 1] if m == 1 else [2 * k, 3 * k]
-            for n in budgets:
+            for n in [k + 1] if m == 1 else budgets:
                 spec = SpecSettings("EAGLE3", k, m, n)
                 if spec.fits_tree:
                     out.append(spec)

@@ -111,7 +111,8 @@ def test_a_bad_variant_key_is_named(section: str, key: str, value: Any, message:
 
 def test_the_http_twin_and_the_simulation_serve_the_same_variant(tmp_path: Any) -> None:
     """Every variant at once, noise off: a tree's requests take as long over HTTP (the twin's
-    clock) as in process, and the variants cost this tree's cycle 16.5 % more than the plain model."""
+    clock) as in process, and the variants cost this tree's cycle 16.5 % more than the plain
+    model's."""
     data = _variant(
         forward={"graph_token_sizes": SIZES},
         speculative={"topk_step_ms": 0.05, "topk_power": 2.0, "tree_verify_ms_per_token": 0.1},
