@@ -57,6 +57,23 @@ are against the best configuration that truly meets the SLO, and its own table c
 whose final pick truly meets it (the issue's goal: every seed) beside those whose pick measured
 as meeting it. Results: ``benchmarks/results/search_efficiency_ladder.txt``.
 
+Cases outside the twin's form (not in the default ``--cases``; ``benchmarks/_search_cases.py``,
+results ``benchmarks/results/search_outside_form.txt``): the twin-form cases above are the
+twin's model with other constants, and the search's online model (``rayspec/search/_online.py``)
+assumes that very form, so they cannot show where it is wrong. ``graphs``, ``plateau``,
+``topkcost`` and ``treemask`` (each ``/quick`` and ``/full``) are the field node with one
+mechanism a real node has and the online model does not (docs/twin-model.md, *Model
+variants*): the verify cost stepping at CUDA-graph sizes; an acceptance that drops after depth
+1 and then holds; a draft step costing more with topk squared; a tree's verify paying a masked
+attention path per token. Their parameters are the benchmark's (the search reads no profile).
+
+Real cases, ``real/<drafter>``: a real engine's recorded landscape per drafter
+(``benchmarks/landscapes/cpu-<drafter>.parquet``, or ``--landscapes DIR``), replayed by
+:class:`rayspec.testing.ReplayedTrials` (each trial a recorded server start of its setting,
+its recorded runs); the truth of a setting is its mean over every recorded start, the optimum
+the best recorded setting, the floor no speculation (and the space file's enqueued setting, if
+any). Results: ``benchmarks/results/search_real_landscape.txt``.
+
 Noise: ``--start-noise-scale S`` multiplies the profile's between-start noise (``sigma_start``)
 and ``--noise-scale S`` every noise term (``sigma_start``, ``sigma_accept``, ``sigma_time``), for
 every case, on top of the case's own scale (``field3x``: start x3). It is applied through the
@@ -68,7 +85,8 @@ Usage::
 
     python benchmarks/search_efficiency.py [--seeds 20] [--first-seed 0] [--budget 40] [--jobs 2]
         [--strategies structured,tpe,random] [--cases field/quick,field/full,...]
-        [--noise-scale 1] [--start-noise-scale 1] [--slots 1] [--confirm] [--per-seed]
+        [--noise-scale 1] [--start-noise-scale 1] [--slots 1] [--landscapes DIR] [--confirm]
+        [--per-seed]
 
 The truth of a configuration that never starts is 0: its first collective hangs (P2P on a
 ``p2p_broken`` node), NCCL refuses a variable at init, no AllReduce algorithm is left, or the
@@ -83,7 +101,10 @@ whose pick at the end of the study is within 1 %; ``< floor``: seeds whose pick 
 worse than the floor, the best of the configurations every study measures first (the baseline
 and the enqueued hand-tuned field setting; one that never starts is worth 0); ``runs``,
 ``bench s``: mean measured runs and benchmark seconds per restart (simulated seconds; a restart
-itself costs minutes on a real node).
+itself costs minutes on a real node); ``calibration``: of the seeds whose study stopped by itself
+on a stop line putting P(a rival beats the pick by > 1 %) below 20 %, how many ended on a pick
+the optimum truly beats by more than 1 % (an honest stop rule keeps this under a fifth; ``—``:
+no seed stopped so).
 
 Strategies: ``structured`` (the default search), ``tpe``, ``random`` and ``grid`` (Optuna's
 samplers through ``study.sampler``; the default ``--strategies`` leaves ``grid`` out). ``grid``
