@@ -14,9 +14,9 @@ constants, which is the search's own online model's form):
 - **Real** (``real/<drafter>``): a real engine's recorded landscape
   (``benchmarks/landscapes/cpu-<drafter>.parquet``), replayed (:class:`rayspec.testing.
   ReplayedTrials`); the truth of a setting is its mean over every recorded start. Its space is
-  ``benchmarks/spaces/cpu-landscape.yaml`` when that exists, else the recorded settings'
-  steps, topks and budgets; its protocol is the recording's (warm-ups and runs per start, the
-  output length of its metadata).
+  ``cpu-landscape.yaml`` beside it or in ``benchmarks/spaces/`` when one exists, else the
+  recorded settings' steps, topks and budgets; its protocol is the recording's (warm-ups and
+  runs per start, the output length of its metadata).
 
 And the stop rule's calibration: a study that stopped by itself on a stop line saying
 P(a rival beats the pick by > 1 %) < 20 % should truly have such a rival in under 20 % of seeds.
@@ -138,10 +138,12 @@ def replay(path: str) -> ReplayedTrials:
 
 
 def _space_yaml(path: str) -> str:
-    """The recorded space: ``cpu-landscape.yaml`` when it exists, else the recorded settings'
-    steps, topks and tree budgets (written to the cache; a chain's budget is its steps + 1)."""
-    if os.path.isfile(LANDSCAPE_SPACE):
-        return LANDSCAPE_SPACE
+    """The recorded space: ``cpu-landscape.yaml`` beside the landscape or in
+    ``benchmarks/spaces/`` when one exists, else the recorded settings' steps, topks and tree
+    budgets (written to the cache; a chain's budget is its steps + 1)."""
+    for space_file in (os.path.join(os.path.dirname(path), "cpu-landscape.yaml"), LANDSCAPE_SPACE):
+        if os.path.isfile(space_file):
+            return space_file
     rows = replay(path).landscape.rows
     spec = [r for r in rows if r.mode != "off"]
     chains = {int(r.num_steps or 0) for r in spec}

@@ -904,8 +904,9 @@ def per_seed_lines(case: str, studies: list[StudyRun]) -> list[str]:
             if label != last:
                 path.append(f"{i + 1}: {label} {100 * value / opt:.1f} %")
                 last = label
+        said = f" (P {s.stop_p:.1f} %)" if s.by_itself and s.stop_p is not None else ""
         lines.append(
-            f"seed {s.seed}: to 1 % {hit if hit else 'never'}, stopped after {s.used}, "
+            f"seed {s.seed}: to 1 % {hit if hit else 'never'}, stopped after {s.used}{said}, "
             f"final {100 * s.picks[-1] / opt:.1f} %"
             + (f", below floor at {dips}" if dips else "")
             + " | "
