@@ -57,6 +57,23 @@ are against the best configuration that truly meets the SLO, and its own table c
 whose final pick truly meets it (the issue's goal: every seed) beside those whose pick measured
 as meeting it. Results: ``benchmarks/results/search_efficiency_ladder.txt``.
 
+Cases outside the twin's form (not in the default ``--cases``; ``benchmarks/_search_cases.py``,
+results ``benchmarks/results/search_outside_form.txt``): the twin-form cases above are the
+twin's model with other constants, and the search's online model (``rayspec/search/_online.py``)
+assumes that very form, so they cannot show where it is wrong. ``graphs``, ``plateau``,
+``topkcost`` and ``treemask`` (each ``/quick`` and ``/full``) are the field node with one
+mechanism a real node has and the online model does not (docs/twin-model.md, *Model
+variants*): the verify cost stepping at CUDA-graph sizes; an acceptance that drops after depth
+1 and then holds; a draft step costing more with topk squared; a tree's verify paying a masked
+attention path per token. Their parameters are the benchmark's (the search reads no profile).
+
+Real cases, ``real/<drafter>``: a real engine's recorded landscape per drafter
+(``benchmarks/landscapes/cpu-<drafter>.parquet``, or ``--landscapes DIR``), replayed by
+:class:`rayspec.testing.ReplayedTrials` (each trial a recorded server start of its setting,
+its recorded runs); the truth of a setting is its mean over every recorded start, the optimum
+the best recorded setting, the floor no speculation (and the space file's enqueued setting, if
+any). Results: ``benchmarks/results/search_real_landscape.txt``.
+
 Noise: ``--start-noise-scale S`` multiplies the profile's between-start noise (``sigma_start``)
 and ``--noise-scale S`` every noise term (``sigma_start``, ``sigma_accept``, ``sigma_time``), for
 every case, on top of the case's own scale (``field3x``: start x3). It is applied through the
@@ -68,7 +85,8 @@ Usage::
 
     python benchmarks/search_efficiency.py [--seeds 20] [--first-seed 0] [--budget 40] [--jobs 2]
         [--strategies structured,tpe,random] [--cases field/quick,field/full,...]
-        [--noise-scale 1] [--start-noise-scale 1] [--slots 1] [--confirm] [--per-seed]
+        [--noise-scale 1] [--start-noise-scale 1] [--slots 1] [--landscapes DIR] [--confirm]
+        [--per-seed]
 
 The truth of a configuration that never starts is 0: its first collective hangs (P2P on a
 ``p2p_broken`` node), NCCL refuses a variable at init, no AllReduce algorithm is left, or the
@@ -83,7 +101,10 @@ whose pick at the end of the study is within 1 %; ``< floor``: seeds whose pick 
 worse than the floor, the best of the configurations every study measures first (the baseline
 and the enqueued hand-tuned field setting; one that never starts is worth 0); ``runs``,
 ``bench s``: mean measured runs and benchmark seconds per restart (simulated seconds; a restart
-itself costs minutes on a real node).
+itself costs minutes on a real node); ``calibration``: of the seeds whose study stopped by itself
+on a stop line putting P(a rival beats the pick by > 1 %) below 20 %, how many ended on a pick
+the optimum truly beats by more than 1 % (an honest stop rule keeps this under a fifth; ``—``:
+no seed stopped so).
 
 Strategies: ``structured`` (the default search), ``tpe``, ``random`` and ``grid`` (Optuna's
 samplers through ``study.sampler``; the default ``--strategies`` leaves ``grid`` out). ``grid``
@@ -122,6 +143,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+from benchmarks import _search_cases as outside  # noqa: E402
 from rayspec._config import ExperimentConfig  # noqa: E402
 from rayspec._config import load_config  # noqa: E402
 from rayspec._types import Candidate  # noqa: E402
@@ -141,6 +163,7 @@ from rayspec.search import SearchSpace  # noqa: E402
 from rayspec.server import build_launch  # noqa: E402
 from rayspec.server import server_env  # noqa: E402
 from rayspec.store import ParquetTrialStore  # noqa: E402
+from rayspec.testing import ReplayedTrials  # noqa: E402
 from rayspec.testing import SimulatedTrials  # noqa: E402
 from rayspec.testing import SlottedTrials  # noqa: E402
 from rayspec.tune import run_study  # noqa: E402
@@ -225,6 +248,33 @@ CASES.update({
         *(f"study.slo.{k}={v:g}" for k, v in GOODPUT_SLO.items()),
     ],
 })  # fmt: skip
+# Cases outside the twin's form (not in the default --cases; benchmarks/_search_cases.py):
+# <variant>/quick and <variant>/full, the field node with one mechanism the search's online
+# model does not have. Results: benchmarks/results/search_outside_form.txt.
+OUTSIDE_CASES = outside.variant_cases(FIELD_PROTOCOL, FULL_SPACE)
+CASES.update(OUTSIDE_CASES)
+# Real cases: real/<drafter>, a real engine's recorded landscape replayed (--landscapes DIR, or
+# benchmarks/landscapes/; spawned workers read it from RAYSPEC_LANDSCAPES). Their experiment is
+# the replay's (outside.replay_experiment()). Results: search_real_landscape.txt.
+REAL_CASES: dict[str, str] = {}
+
+
+def register_landscapes(folder: str) -> dict[str, str]:
+    """Add a ``real/<drafter>`` case per landscape file in ``folder``; returns them."""
+    found = outside.landscape_files(folder)
+    REAL_CASES.update(found)
+    CASES.update({case: outside.real_overrides(path) for case, path in found.items()})
+    return found
+
+
+register_landscapes(os.environ.get("RAYSPEC_LANDSCAPES", outside.LANDSCAPES))
+
+
+def experiment_of(case: str) -> str:
+    """The experiment file a case's overrides go over."""
+    return outside.replay_experiment() if case in REAL_CASES else EXPERIMENT
+
+
 # A case's own noise: (between-start noise scale, every-noise-term scale).
 CASE_NOISE: dict[str, tuple[float, float]] = {
     "field3x/quick": (3.0, 1.0),
@@ -259,7 +309,7 @@ def true_tok_s(cfg: ExperimentConfig, candidate: Candidate) -> float:
 @functools.cache
 def truth_config(case: str) -> ExperimentConfig:
     """The case's experiment as the truth sees it (its own profile, noise irrelevant)."""
-    return load_config(EXPERIMENT, CASES[case])
+    return load_config(experiment_of(case), CASES[case])
 
 
 def optimum(case: str) -> float:
@@ -278,6 +328,9 @@ def optimum_at(case: str) -> tuple[float, Candidate]:
     if case in MIXED_CASES:
         return max(((case_truth(case, c), c) for c in ladder_candidates(case)),
                    key=lambda pair: pair[0])  # fmt: skip
+    if case in REAL_CASES:  # every setting of the space (no NCCL), as recorded
+        every = distinct_candidates(truth_config(case), [1])
+        return max(((case_truth(case, c), c) for c in every), key=lambda pair: pair[0])
     cfg = truth_config(case)
     profile = load_profile(cfg.server.twin.profile)
     sizes = sorted({t * profile.model.token_bytes for t in range(1, 17)})
@@ -323,14 +376,18 @@ def floor_of(case: str) -> float:
     cfg = truth_config(case)
     space = SearchSpace.from_config(cfg.search)
     return max(
-        case_truth(case, Candidate()),
-        *(case_truth(case, space.candidate(space.coerce(p))) for p in cfg.study.enqueue),
-    )
+        [
+            case_truth(case, Candidate()),
+            *(case_truth(case, space.candidate(space.coerce(p))) for p in cfg.study.enqueue),
+        ]
+    )  # a list: an experiment may enqueue nothing
 
 
 def case_truth(case: str, candidate: Candidate) -> float:
     """What a case judges a pick by: the true goodput at its load for a goodput case, the
-    noise-free decode rate at batch 1 otherwise."""
+    recorded mean for a real case, the noise-free decode rate at batch 1 otherwise."""
+    if case in REAL_CASES:
+        return outside.real_truth(REAL_CASES[case], candidate)
     if case in GOODPUT_CASES:
         return true_goodput(case, candidate)
     if case in MIXED_CASES:
@@ -605,6 +662,8 @@ class StudyRun:
     final_feasible: bool | None = None
     # The pick's label after 1..budget restarts (``--per-seed``).
     pick_labels: tuple[str, ...] = ()
+    # The study's own stop line's P(a rival beats the pick by > 1 %), in % (None: none said).
+    stop_p: float | None = None
 
 
 def one_study(
@@ -622,11 +681,11 @@ def one_study(
     truth = truth_config(case)
     with tempfile.TemporaryDirectory(prefix="rayspec-search-") as out:
         overrides = []
-        if (start_scale, all_scale) != (1.0, 1.0):
+        if (start_scale, all_scale) != (1.0, 1.0) and case not in REAL_CASES:
             path = noisy_profile(truth.server.twin.profile, start_scale, all_scale, out)
             overrides.append(f"server.twin.profile={path}")
         cfg = load_config(
-            EXPERIMENT,
+            experiment_of(case),
             [
                 *CASES[case],
                 *overrides,
@@ -640,9 +699,9 @@ def one_study(
         peak = 1
         space = SearchSpace.from_config(cfg.search)  # built once: the study and the picks
         if slots == 1:
-            outcome = run_study(
-                cfg, trial_fn=SimulatedTrials(), printer=lambda _line: None, space=space
-            )
+            replayed = case in REAL_CASES
+            trial_fn = ReplayedTrials(REAL_CASES[case]) if replayed else SimulatedTrials()
+            outcome = run_study(cfg, trial_fn=trial_fn, printer=lambda _line: None, space=space)
         else:
             # A trial of the field protocol is a server start (minutes) plus its benchmark.
             trials = SlottedTrials(hold_s=0.2, per_bench_s=0.2 / 180)
@@ -710,6 +769,7 @@ def one_study(
         verified_at, static_final, recommended,
         truly_meets_slo(case, final.candidate) if final else None,
         final.feasible if final else None, tuple(labels),
+        outside.stop_probability(outcome.stopped),
     )  # fmt: skip
 
 
@@ -750,6 +810,11 @@ def summarize(
         "hits": hits,
         "at": at,
         "final": sum(s.picks[-1] >= 0.99 * opt for s in studies),
+        "calibration": outside.calibration(
+            [s.picks[-1] for s in studies],
+            [s.stop_p if s.by_itself else None for s in studies],
+            opt,
+        ),
         "below_floor": sum(any(v < s.floor - 1e-9 for v in s.picks[1:]) for s in studies),
         "runs": statistics.mean(s.runs_per_restart for s in studies),
         "bench_s": statistics.mean(s.bench_s_per_restart for s in studies),
@@ -779,7 +844,7 @@ def print_table(
         + ("rounds: median / p90 | " if slots > 1 else "")
         + "never | stopped after: median / p90 | by itself | "
         + " | ".join(f"pick@{n}" for n in PICKS_AT if n <= budget)
-        + " | final | < floor | runs | bench s |"
+        + " | final | < floor | runs | bench s | calibration |"
     )
     columns = head.count("|") - 1
     print(head)
@@ -798,7 +863,8 @@ def print_table(
             f"| {s['case']} | {s['strategy']} | {_n(s['median'])} / {_n(s['p90'])} | {rounds}"
             f"{s['never']}/{s['seeds']} | {s['stopped']:g} / {s['stopped_p90']:g} | "
             f"{s['by_itself']}/{s['seeds']} | {picks} | {s['final']}/{s['seeds']} | "
-            f"{s['below_floor']} | {s['runs']:.1f} | {s['bench_s']:.0f} |"
+            f"{s['below_floor']} | {s['runs']:.1f} | {s['bench_s']:.0f} | "
+            f"{_calibration(s['calibration'])} |"
         )
     print()
     if slots > 1:
@@ -806,8 +872,24 @@ def print_table(
         print(f"{slots} slots (most trials at once: {peak}); rounds = restarts / {slots}")
     for case in dict.fromkeys(r[0] for r in rows):
         value, best = optimum_at(case)
-        print(f"optimum {case}: {value:.2f} tok/s (true, noise-free) at {best.label()}; "
+        truth = "recorded mean" if case in REAL_CASES else "true, noise-free"
+        print(f"optimum {case}: {value:.2f} tok/s ({truth}) at {best.label()}; "
               f"floor {floor_of(case):.2f}")  # fmt: skip
+        if case in REAL_CASES:
+            print(f"  {case}: {outside.landscape_shape(REAL_CASES[case])}")
+    named = {c.partition("/")[0] for c in dict.fromkeys(r[0] for r in rows) if c in OUTSIDE_CASES}
+    for line in outside.describe():
+        if line.partition(":")[0] in named:
+            print(f"  outside the form, {line}")
+    print(
+        "calibration: of the seeds whose study stopped by itself on P(a rival beats the pick "
+        "by > 1 %) < 20 %, those whose pick the optimum truly beats by more than 1 %"
+    )
+
+
+def _calibration(pair: tuple[int, int]) -> str:
+    wrong, said = pair
+    return f"{wrong}/{said}" if said else "—"
 
 
 def per_seed_lines(case: str, studies: list[StudyRun]) -> list[str]:
@@ -824,8 +906,9 @@ def per_seed_lines(case: str, studies: list[StudyRun]) -> list[str]:
             if label != last:
                 path.append(f"{i + 1}: {label} {100 * value / opt:.1f} %")
                 last = label
+        said = f" (P {s.stop_p:.1f} %)" if s.by_itself and s.stop_p is not None else ""
         lines.append(
-            f"seed {s.seed}: to 1 % {hit if hit else 'never'}, stopped after {s.used}, "
+            f"seed {s.seed}: to 1 % {hit if hit else 'never'}, stopped after {s.used}{said}, "
             f"final {100 * s.picks[-1] / opt:.1f} %"
             + (f", below floor at {dips}" if dips else "")
             + " | "
@@ -1054,6 +1137,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--confirm-budget", type=int, default=12)
     p.add_argument(
+        "--landscapes", default=None,
+        help="a folder of recorded landscapes (cpu-<drafter>.parquet): real/<drafter> cases "
+        "(default benchmarks/landscapes/)",
+    )  # fmt: skip
+    p.add_argument(
         "--per-seed", action="store_true",
         help="also print each seed's pick path: restart, pick, its true share of the optimum",
     )  # fmt: skip
@@ -1081,6 +1169,12 @@ def plan(
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.landscapes is not None:
+        if not outside.landscape_files(args.landscapes):
+            print(f"error: --landscapes: no cpu-*.parquet in {args.landscapes!r}", file=sys.stderr)
+            return 2
+        os.environ["RAYSPEC_LANDSCAPES"] = os.path.abspath(args.landscapes)  # the workers'
+        register_landscapes(args.landscapes)
     strategies = args.strategies.split(",")
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]

@@ -26,7 +26,7 @@ here (a package's own errors stay beside the code that raises them)::
     │   ├── NcclInitError              at communicator init
     │   │   └── NcclForbiddenError     NVLink multicast asked for where it must stay off
     │   └── NcclNoAlgorithmError       at the first collective
-    ├── DraftTreeError (also RuntimeError)  twin/_errors.py: draft budget larger than the tree
+    ├── DraftTreeError (also RuntimeError)  _drafttree.py: draft budget larger than the tree
     └── EngineDead (also RuntimeError) twin/_engine.py: the twin's simulated scheduler crashed
 
 Outside it on purpose: ``screen/_allreduce.py``'s ``Unusable`` (that worker runs by file path

@@ -22,6 +22,7 @@ LAYERS = (
     "_text",
     "_exceptions",
     "_types",
+    "_drafttree",  # EAGLE-3's draft-tree arithmetic, shared by twin and search
     "_rayerrors",  # Ray's errors as rayspec's: imports ray and _exceptions only
     "_popen",  # the one Popen: imports the standard library and _exceptions only
     "metrics",
@@ -127,6 +128,35 @@ def test_no_package_cycle() -> None:
         if start not in state:
             visit(start, [start])
     assert cycles == []
+
+
+def _imports_of(package: str) -> list[tuple[str, str]]:
+    """(file, imported rayspec module) for every import in ``rayspec/<package>/``."""
+    return [
+        (str(path.relative_to(ROOT.parent)), name)
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for name in sorted(_imported(path))
+    ]
+
+
+def test_the_search_does_not_import_the_twin() -> None:
+    """The search's model is its own assumption, not the twin's code: the draft-tree arithmetic
+    both use is in ``rayspec/_drafttree.py``, below both (docs/CONTRACTS.md, Search)."""
+    found = [
+        f"{f}: {n}" for f, n in _imports_of("search") if n.split(".")[:2] == ["rayspec", "twin"]
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize("package", ["search", "tune"])
+def test_no_private_module_of_the_twin_is_imported(package: str) -> None:
+    """The driver reads the twin through ``rayspec.twin``'s public names only."""
+    found = [
+        f"{f}: {n}"
+        for f, n in _imports_of(package)
+        if n.startswith("rayspec.twin.") and n.split(".")[2].startswith("_")
+    ]
+    assert found == []
 
 
 @pytest.mark.parametrize("name", ["optuna", "pyarrow"])

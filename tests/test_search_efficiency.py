@@ -4,6 +4,7 @@ study is run here, only the noise-free model the table is judged against."""
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -285,3 +286,88 @@ def test_the_mixed_truth_is_the_mix_of_categories_a_noise_free_run_measures(
             assert got == pytest.approx(want, rel=tol), (cand.spec, load)
     assert bench.optimum_at("field/mixed")[1].spec is not None
     assert bench.optimum_at_load("field/mixed", 32)[1].spec is None
+
+
+def test_the_outside_form_cases_change_one_speculative_mechanism_each(bench: ModuleType) -> None:
+    """Each variant is the field node with one mechanism changed: no speculation keeps the
+    field's truth, some speculative setting's truth moves, and every case has a quick and a
+    full space."""
+    from rayspec._types import SpecSettings
+
+    field = bench.truth_config("field/quick")
+    ll = (("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL"))
+    probes = [Candidate(nccl_env=ll, spec=SpecSettings("EAGLE3", k, m, n))
+              for k, m, n in ((2, 1, 3), (4, 1, 5), (2, 4, 6), (3, 2, 6))]  # fmt: skip
+    for name in bench.outside.VARIANTS:
+        assert {f"{name}/quick", f"{name}/full"} <= set(bench.OUTSIDE_CASES)
+        assert bench.FULL_SPACE in bench.CASES[f"{name}/full"]
+        cfg = bench.truth_config(f"{name}/quick")
+        assert load_profile(cfg.server.twin.profile).name == f"kimi-k2.5-tp8-pcie-{name}"
+        plain = Candidate(nccl_env=ll)
+        assert bench.true_tok_s(cfg, plain) == pytest.approx(bench.true_tok_s(field, plain))
+        moved = [abs(bench.true_tok_s(cfg, c) / bench.true_tok_s(field, c) - 1) for c in probes]
+        assert max(moved) > 0.005, name
+    # The staircase: a 4-step chain verifies 5 tokens, which run as 8 in the captured graph.
+    graphs = bench.truth_config("graphs/quick")
+    chain4 = probes[1]
+    assert bench.true_tok_s(graphs, chain4) < bench.true_tok_s(field, chain4)
+    assert bench.optimum_at("graphs/quick")[1].spec.num_draft_tokens == 8
+
+
+def test_the_stop_lines_probability_and_the_calibration_count(bench: ModuleType) -> None:
+    said = bench.outside.stop_probability(
+        "converged: P(the likeliest of 11 rivals (3 steps, topk 4, 6 tokens) beats the pick, "
+        "trial 5, by >1 %) = 12.4 % < 20 %"
+    )
+    assert said == 12.4
+    gain = bench.outside.stop_probability(
+        "converged: another restart is expected to gain the pick 0.21 % at most (trial 9) < "
+        "0.25 %, though P(the likeliest of 7 rivals (trial 9) beats the pick, trial 12, by "
+        ">1 %) = 31.0 %"
+    )
+    assert gain == 31.0
+    assert bench.outside.stop_probability("restart budget spent (40 server launches)") is None
+    # Of the stops that said < 20 %, the picks the optimum (100) beats by more than 1 %.
+    finals = [100.0, 98.5, 99.5, 90.0, 97.0]
+    stops = [12.4, 5.0, 19.9, None, 31.0]
+    assert bench.outside.calibration(finals, stops, 100.0) == (1, 3)
+
+
+def test_a_real_case_replays_its_landscape(bench: ModuleType, tmp_path: Any) -> None:
+    """A recorded landscape (a synthetic one here) is a real/<drafter> case: its space and
+    protocol are the recording's, its truth the recorded means, and a study of it runs the
+    real study loop on the replayed starts."""
+    from rayspec.testing import ReplayedTrials
+    from rayspec.testing import synthetic_landscape
+
+    land = synthetic_landscape(tmp_path / "cpu-toy.parquet", starts=3, runs=4, seed=5)
+    assert bench.register_landscapes(str(tmp_path)) == {"real/toy": land.path}
+    case = "real/toy"
+    cfg = bench.truth_config(case)
+    replay = ReplayedTrials(land.path)
+    space = bench.SearchSpace.from_config(cfg.search)
+    recorded = {bench.Candidate(spec=spec).label() for spec in _specs(space)}
+    assert recorded == set(replay.settings)  # the space is the recorded settings
+    assert (cfg.bench.warmup, cfg.bench.repeats, cfg.bench.max_tokens) == (1, 4, 64)
+    assert len(replay.settings) == 8  # no speculation, 3 chains, 4 trees
+    value, best = bench.optimum_at(case)
+    assert value == max(replay.truth(s) for s in replay.settings)
+    assert best.label() == max(replay.settings, key=replay.truth)
+    assert bench.floor_of(case) == pytest.approx(replay.truth(Candidate()))
+    run = bench.one_study(case, "structured", 0, 8)
+    truths = {replay.truth(s) for s in replay.settings}
+    assert run.used <= 8 and all(p in truths for p in run.picks[: run.used])
+    assert bench.outside.landscape_shape(land.path).startswith(f"{len(recorded)} settings x 3+")
+
+
+def _specs(space: Any) -> list[Any]:
+    from rayspec._types import SpecSettings
+
+    out: list[Any] = [None]
+    for k in space.num_steps:
+        for m in space.eagle_topk:
+            for n in [k + 1] if m == 1 else space.num_draft_tokens:
+                spec = SpecSettings("EAGLE3", k, m, n)
+                if spec.fits_tree:
+                    out.append(spec)
+    return out

@@ -2,23 +2,33 @@
 
 Every speculative request returns how many drafts each verify step accepted (SGLang's
 ``spec_correct_drafts_histogram``, stored as ``accept_histogram``), and every measured start
-gives its decode rate. The twin's model form (docs/twin-model.md, *EAGLE-3*) then needs only a
-few numbers of the node's own:
+gives its decode rate. The search then assumes a form for the node's speculative decoding and
+fits a few numbers of the node's own to it. **The form is the search's assumption, and it can
+be wrong**: it is the form the twin is built on (docs/twin-model.md, *EAGLE-3*), but this module
+shares no code with the twin (the draft-tree arithmetic both use is ``rayspec._drafttree``), and
+a real node may break any part of it: verify costs that step at the token counts kernels and
+CUDA graphs are built for, a drafter whose acceptance is not geometric in depth, a draft cost
+that grows with topk, a tree's verify paying another attention path than a chain's
+(``benchmarks/search_efficiency.py``'s outside-form cases, each breaking one of these, grade
+the search where it is wrong). The form:
 
 - **Acceptance** (:func:`fit_acceptance`): a chain of k steps drafts depth by depth and stops at
   the first rejection, so a verify step that accepted ``i`` drafts passed depths 1..i and failed
   depth i + 1 (none failed when i = k). The likelihood of a histogram ``h`` is
   ``prod_d a_d^{S_d} (1 - a_d)^{S_{d-1} - S_d}`` with ``S_d = sum_{i>=d} h_i``, so the per-depth
   conditional acceptance has the closed form ``a_d = S_d / S_{d-1}`` (pooled over chains that
-  reach depth d). Beyond the deepest measured depth K the twin's geometric decay extrapolates:
+  reach depth d). Beyond the deepest measured depth K a geometric decay extrapolates:
   ``a_d = a_K rho^(d-K)``, ``rho`` the count-weighted log-linear slope of the measured rates
   (at most 1). A chain's accept length is ``L(k) = 1 + sum_i prod_{j<=i} a_j``; a tree's is the
-  twin's tree (:func:`rayspec.twin.build_draft_tree`) with its runner-up shape ``theta`` fitted
-  to the measured trees' accept lengths.
+  tree of :func:`rayspec._drafttree.build_draft_tree` (the N - 1 likeliest nodes of a beam,
+  runner-up ranks shaped by ``theta``) with ``theta`` fitted to the measured trees' accept
+  lengths. Assumed: acceptance is a property of the depth alone (not of topk or the budget),
+  geometric past the measured depths, and a tree's runner-ups follow ``theta``'s shape.
 - **Cost** (:func:`fit_costs`): a cycle of k steps verifying N tokens costs
-  ``c(k, N) = c0 + gamma (N - 1) + beta k`` ms (the twin's V + D, linear in the verify width and
-  the draft steps). A start's cycle time is measured without any model of acceptance:
-  ``1000 L / tok_s`` with L from its own histogram. Chains alone fix ``c0`` and
+  ``c(k, N) = c0 + gamma (N - 1) + beta k`` ms (linear in the verify width and the draft steps;
+  assumed: no term in topk, none in the accepted tokens, one form for chains and trees). A
+  start's cycle time is measured without any model of acceptance: ``1000 L / tok_s`` with L
+  from its own histogram. Chains alone fix ``c0`` and
   ``gamma + beta`` (two depths needed); one tree (N - 1 > k) splits ``gamma`` from ``beta``.
   Before a tree splits them, a tree is predicted with the slope split evenly between its width
   and its depth (``c0 + (gamma + beta) (N - 1 + k) / 2``): the field's verify width is most of
@@ -44,8 +54,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rayspec._drafttree import build_draft_tree
 from rayspec._types import SpecSettings
-from rayspec.twin import build_draft_tree
 
 __all__ = [
     "Acceptance",

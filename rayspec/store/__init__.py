@@ -1,9 +1,15 @@
-"""Where trials land: one Parquet row per trial and per request."""
+"""Where trials land: one Parquet row per trial and per request; and recorded landscapes."""
 
 from __future__ import annotations
 
 from rayspec.store._base import BaseTrialStore
 from rayspec.store._folder import StudyFolder
+from rayspec.store._landscape import LANDSCAPE_META_KEY
+from rayspec.store._landscape import LANDSCAPE_SCHEMA
+from rayspec.store._landscape import Landscape
+from rayspec.store._landscape import LandscapeRow
+from rayspec.store._landscape import read_landscape
+from rayspec.store._landscape import write_landscape
 from rayspec.store._parquet import REQUEST_SCHEMA
 from rayspec.store._parquet import TRIAL_METRICS
 from rayspec.store._parquet import TRIAL_SCHEMA
@@ -14,6 +20,10 @@ from rayspec.store._parquet import trial_schema
 
 __all__ = [
     "BaseTrialStore",
+    "LANDSCAPE_META_KEY",
+    "LANDSCAPE_SCHEMA",
+    "Landscape",
+    "LandscapeRow",
     "ParquetTrialStore",
     "REQUEST_SCHEMA",
     "StudyFolder",
@@ -21,5 +31,7 @@ __all__ = [
     "TRIAL_SCHEMA",
     "record_of_row",
     "request_record",
+    "read_landscape",
     "trial_schema",
+    "write_landscape",
 ]

@@ -15,7 +15,12 @@ from rayspec.twin._errors import NcclNoAlgorithmError
 from rayspec.twin._errors import ProfileError
 from rayspec.twin._model import PerfModel
 from rayspec.twin._model import build_draft_tree
+from rayspec.twin._nccl import ALGORITHMS as NCCL_ALGORITHMS
+from rayspec.twin._nccl import PROTOCOLS as NCCL_PROTOCOLS
 from rayspec.twin._nccl import NcclSetup
+from rayspec.twin._nccl import nccl_int_var
+from rayspec.twin._nccl import nccl_p2p_level
+from rayspec.twin._nccl import parse_nccl_list
 from rayspec.twin._nccl import resolve_nccl
 from rayspec.twin._noise import NoiseModel
 from rayspec.twin._noise import RequestNoise
@@ -26,6 +31,8 @@ from rayspec.twin._resolve import Resolution
 from rayspec.twin._resolve import resolve_server_args
 
 __all__ = [
+    "NCCL_ALGORITHMS",
+    "NCCL_PROTOCOLS",
     "DraftTreeError",
     "NcclError",
     "NcclForbiddenError",
@@ -41,6 +48,9 @@ __all__ = [
     "available_profiles",
     "build_draft_tree",
     "load_profile",
+    "nccl_int_var",
+    "nccl_p2p_level",
+    "parse_nccl_list",
     "resolve_nccl",
     "resolve_server_args",
 ]

@@ -8,7 +8,8 @@
     │   ├── NcclInitError                   fails at communicator init (bad NCCL_PROTO/ALGO token)
     │   │   └── NcclForbiddenError          NVLink multicast asked for where it must stay off
     │   └── NcclNoAlgorithmError            fails at the first collective (no usable algorithm)
-    └── DraftTreeError (also RuntimeError)  draft-token budget larger than the tree (first decode)
+    └── DraftTreeError (also RuntimeError)  draft-token budget larger than the tree (first decode;
+                                            defined in rayspec/_drafttree.py, re-exported here)
 
 The NCCL errors and :class:`DraftTreeError` carry the :class:`~rayspec.FailureReason` the real
 server's failure would be classified as, in ``reason`` (docs/twin-model.md, *NCCL variables*;
@@ -17,8 +18,18 @@ docs/sglang.md, *Speculative rules*).
 
 from __future__ import annotations
 
+from rayspec._drafttree import DraftTreeError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import RayspecError
+
+__all__ = [
+    "DraftTreeError",
+    "NcclError",
+    "NcclForbiddenError",
+    "NcclInitError",
+    "NcclNoAlgorithmError",
+    "ProfileError",
+]
 
 
 class ProfileError(RayspecError, ValueError):
@@ -58,9 +69,3 @@ class NcclNoAlgorithmError(NcclError):
     """No algorithm/protocol is usable for AllReduce (the server dies at its first collective)."""
 
     reason = FailureReason.NCCL_FIRST_COLLECTIVE
-
-
-class DraftTreeError(RayspecError, RuntimeError):
-    """``num_draft_tokens - 1`` exceeds the draft tree's capacity (SGLang's torch.topk fails)."""
-
-    reason = FailureReason.INVALID_DRAFT_TREE

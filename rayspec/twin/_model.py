@@ -18,121 +18,21 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import heapq
+import math
 import random
 import threading
 
+from rayspec._drafttree import DraftTree
+from rayspec._drafttree import DraftTreeError
+from rayspec._drafttree import build_draft_tree
+from rayspec._drafttree import tree_fits
 from rayspec._types import SpecSettings
-from rayspec.twin._errors import DraftTreeError
 from rayspec.twin._nccl import NcclSetup
 from rayspec.twin._profile import Profile
 
 __all__ = ["DraftTree", "PerfModel", "build_draft_tree", "tree_fits"]
 
 _TREE_CACHE_SIZE = 256  # draft trees kept per model (not a model constant: a memory bound)
-
-
-def tree_fits(spec: SpecSettings) -> bool:
-    """Whether SGLang can keep ``num_draft_tokens - 1`` nodes of the draft tree (*EAGLE-3*).
-
-    A configuration that does not fit starts, then fails at the first decode (docs/sglang.md,
-    *Speculative rules*);
-    :class:`PerfModel` refuses to evaluate it.
-    """
-    return spec.fits_tree
-
-
-@dataclasses.dataclass(frozen=True)
-class DraftTree:
-    """The draft nodes SGLang keeps for one acceptance multiplier (*EAGLE-3*).
-
-    Attributes:
-        depth_probs: per depth j = 1..k, the conditional acceptance ``q(j, r)`` of the rank-r
-            child, r = 1..m.
-        nodes: the kept nodes as rank paths, e.g. ``(1, 2)`` = second-ranked child of the
-            top-ranked depth-1 node; closed under ancestors.
-        probs: the kept nodes' unconditional acceptance probabilities, highest first.
-    """
-
-    depth_probs: tuple[tuple[float, ...], ...]
-    nodes: frozenset[tuple[int, ...]]
-    probs: tuple[float, ...]
-
-    @property
-    def expected_tokens(self) -> float:
-        """Expected tokens per cycle: 1 (bonus) + sum of kept node probabilities."""
-        return 1.0 + sum(self.probs)
-
-    def sample(self, rng: random.Random) -> int:
-        """Tokens one cycle emits: walk down, drawing the correct child's rank at each depth."""
-        path: tuple[int, ...] = ()
-        for q in self.depth_probs:
-            u = rng.random()
-            rank = 0
-            for r, p in enumerate(q, start=1):
-                if u < p:
-                    rank = r
-                    break
-                u -= p
-            if rank == 0:
-                break
-            child = (*path, rank)
-            if child not in self.nodes:
-                break
-            path = child
-        return len(path) + 1
-
-
-def build_draft_tree(
-    acceptance: list[float], topk: int, num_draft_tokens: int, theta: float
-) -> DraftTree:
-    """Build the kept draft tree (*EAGLE-3*) from per-depth conditional acceptance ``a_j``.
-
-    Args:
-        acceptance: ``a_j`` for j = 1..k (already scaled and capped).
-        topk: m, the beam width.
-        num_draft_tokens: N, the verify budget (N - 1 draft nodes are kept).
-        theta: the runner-up shape θ: rank r ≥ 2 gets ``(1 - a_j) θ (1 - θ)^(r - 2)``.
-
-    Raises:
-        DraftTreeError: ``N - 1`` is larger than the ``m + (k - 1) m²`` candidates.
-    """
-    k = len(acceptance)
-    depth_probs = tuple(
-        tuple(
-            a if r == 1 else (1 - a) * theta * (1 - theta) ** (r - 2) for r in range(1, topk + 1)
-        )
-        for a in acceptance
-    )
-    candidates: list[tuple[float, tuple[int, ...]]] = []
-    frontier: list[tuple[float, tuple[int, ...]]] = [(1.0, ())]
-    for j in range(k):
-        children = [
-            (p * depth_probs[j][r - 1], (*path, r))
-            for p, path in frontier
-            for r in range(1, topk + 1)
-        ]
-        candidates.extend(children)
-        frontier = heapq.nsmallest(topk, children, key=_rank_key)
-    budget = num_draft_tokens - 1
-    if budget > len(candidates):
-        raise DraftTreeError(
-            "RuntimeError: selected index k out of range "
-            f"(num_draft_tokens - 1 = {budget} > {len(candidates)} draft candidates)"
-        )
-    kept = heapq.nsmallest(budget, candidates, key=_rank_key)
-    return DraftTree(
-        depth_probs=depth_probs,
-        nodes=frozenset(path for _, path in kept),
-        probs=tuple(p for p, _ in kept),
-    )
-
-
-def _rank_key(item: tuple[float, tuple[int, ...]]) -> tuple[float, int, tuple[int, ...]]:
-    # Highest probability first; on ties the shallower node first, so ancestors win and the
-    # kept set stays closed under ancestors.
-    p, path = item
-    return (-p, len(path), path)
 
 
 class PerfModel:
@@ -236,20 +136,31 @@ class PerfModel:
 
     # ------------------------------------------------------------- speculative
 
-    def verify_ms(self, batch: int = 1, ctx: float | None = None) -> float:
-        """V: one TARGET_VERIFY forward over ``batch · N`` tokens plus F_spec."""
+    def verify_ms(self, batch: int = 1, ctx: float | None = None, *, graph: bool = True) -> float:
+        """V: one TARGET_VERIFY forward over ``batch · N`` tokens plus F_spec (in a graph at
+        the next of ``forward.graph_token_sizes``; a tree pays ``tree_verify_ms_per_token``
+        per verified token more: *Model variants*)."""
         spec = self._require_spec()
-        return self.forward_ms(
-            batch * spec.num_draft_tokens, batch, ctx
-        ) + self.profile.speculative.f_spec_ms(spec.overlap or spec.eagle_topk > 1)
+        tokens = batch * spec.num_draft_tokens
+        run_at = self.profile.forward.graph_tokens(tokens) if graph else tokens
+        s = self.profile.speculative
+        tree = s.tree_verify_ms_per_token * tokens if spec.eagle_topk > 1 else 0.0
+        return (
+            self.forward_ms(run_at, batch, ctx)
+            + s.f_spec_ms(spec.overlap or spec.eagle_topk > 1)
+            + tree
+        )
 
     def draft_ms(self, batch: int = 1) -> float:
-        """D: the k draft steps of one cycle (drafter forwards and their collectives)."""
+        """D: the k draft steps of one cycle (drafter forwards and their collectives; a topk-m
+        step pays ``topk_step_ms (m**topk_power - 1)`` more: *Model variants*)."""
         spec = self._require_spec()
         s = self.profile.speculative
         payload = batch * spec.eagle_topk * self.profile.model.token_bytes
         per_step = (
-            s.d_step_ms + s.draft_collectives_per_step * self.nccl.allreduce_us(payload) / 1000
+            s.d_step_ms
+            + s.draft_collectives_per_step * self.nccl.allreduce_us(payload) / 1000
+            + s.topk_step_ms * (math.pow(spec.eagle_topk, s.topk_power) - 1.0)
         )
         return s.D0_ms + spec.num_steps * per_step
 
@@ -283,9 +194,10 @@ class PerfModel:
             0.0 if graph else self.eager_ms()
         )
         if self.spec is None:
-            return self.forward_ms(batch, batch, ctx) + extra
+            tokens = self.profile.forward.graph_tokens(batch) if graph else batch
+            return self.forward_ms(tokens, batch, ctx) + extra
         self._check_tree()
-        return self.verify_ms(batch, ctx) + self.draft_ms(batch) + extra
+        return self.verify_ms(batch, ctx, graph=graph) + self.draft_ms(batch) + extra
 
     # --------------------------------------------------------------- acceptance
 

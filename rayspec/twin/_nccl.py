@@ -33,7 +33,15 @@ from rayspec.twin._errors import NcclInitError
 from rayspec.twin._errors import NcclNoAlgorithmError
 from rayspec.twin._profile import Profile
 
-__all__ = ["ALGORITHMS", "PROTOCOLS", "NcclSetup", "resolve_nccl"]
+__all__ = [
+    "ALGORITHMS",
+    "PROTOCOLS",
+    "NcclSetup",
+    "nccl_int_var",
+    "nccl_p2p_level",
+    "parse_nccl_list",
+    "resolve_nccl",
+]
 
 #: NCCL's protocol names (``ncclProtoStr``), in NCCL's order.
 PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
@@ -256,8 +264,8 @@ def resolve_nccl(env: Mapping[str, str], profile: Profile) -> NcclSetup:
     hw = profile.hardware
     ch = profile.nccl_choice
 
-    proto_set = _parse_list(nccl_env.get("NCCL_PROTO"), "NCCL_PROTO", PROTOCOLS)
-    algo_set = _parse_list(nccl_env.get("NCCL_ALGO"), "NCCL_ALGO", ALGORITHMS)
+    proto_set = parse_nccl_list(nccl_env.get("NCCL_PROTO"), "NCCL_PROTO", PROTOCOLS)
+    algo_set = parse_nccl_list(nccl_env.get("NCCL_ALGO"), "NCCL_ALGO", ALGORITHMS)
 
     if proto_set is None:
         protocols = tuple(p for p in PROTOCOLS if p != "LL128" or ch.ll128_auto)
@@ -282,9 +290,9 @@ def resolve_nccl(env: Mapping[str, str], profile: Profile) -> NcclSetup:
             "AllReduce on this node"
         )
 
-    level = _p2p_level(nccl_env, profile, warnings)
+    level = nccl_p2p_level(nccl_env, profile, warnings)
     level_rank = ch.path_rank(level)
-    shm_disabled = _int_var(nccl_env, ("NCCL_SHM_DISABLE",), warnings) == 1
+    shm_disabled = nccl_int_var(nccl_env, ("NCCL_SHM_DISABLE",), warnings) == 1
     transports = []
     for path in hw.ring_link_paths:
         if hw.nvml_p2p_supported and ch.path_rank(path) <= level_rank:
@@ -299,10 +307,10 @@ def resolve_nccl(env: Mapping[str, str], profile: Profile) -> NcclSetup:
     hang = hw.p2p_broken and _P2P in transports
 
     limit = ch.max_channels_limit
-    max_nch = _int_var(nccl_env, ("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS"), warnings)
+    max_nch = nccl_int_var(nccl_env, ("NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS"), warnings)
     if max_nch is not None:
         max_nch = min(max(max_nch, 1), limit)
-    min_nch = _int_var(nccl_env, ("NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS"), warnings)
+    min_nch = nccl_int_var(nccl_env, ("NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS"), warnings)
     if min_nch is not None:
         min_nch = min(max(min_nch, 0), limit)
     nthreads = _nthreads(nccl_env, profile, warnings)
@@ -333,7 +341,7 @@ def resolve_nccl(env: Mapping[str, str], profile: Profile) -> NcclSetup:
     )
 
 
-def _parse_list(value: str | None, var: str, names: tuple[str, ...]) -> frozenset[str] | None:
+def parse_nccl_list(value: str | None, var: str, names: tuple[str, ...]) -> frozenset[str] | None:
     """NCCL's ``parseList`` restricted to AllReduce: the enabled names, or None when unset.
 
     Tokens are split the way ``strtok`` splits them (empty tokens vanish); names and prefixes
@@ -412,7 +420,7 @@ def _available_algorithms(profile: Profile) -> frozenset[str]:
     return frozenset(exists & costed)
 
 
-def _p2p_level(env: Mapping[str, str], profile: Profile, warnings: list[str]) -> str:
+def nccl_p2p_level(env: Mapping[str, str], profile: Profile, warnings: list[str]) -> str:
     ch = profile.nccl_choice
     disable = env.get("NCCL_P2P_DISABLE")
     if disable is not None and _strtol(disable)[0] == 1:  # strtol(str, NULL, 0) == 1
@@ -432,7 +440,9 @@ def _p2p_level(env: Mapping[str, str], profile: Profile, warnings: list[str]) ->
     return ch.default_p2p_level
 
 
-def _int_var(env: Mapping[str, str], names: tuple[str, ...], warnings: list[str]) -> int | None:
+def nccl_int_var(
+    env: Mapping[str, str], names: tuple[str, ...], warnings: list[str]
+) -> int | None:
     """The first set variable of ``names`` parsed as an NCCL integer parameter.
 
     NCCL reads integer parameters with ``strtoll(str, &end, 0)`` and keeps its default when the
@@ -480,7 +490,7 @@ def _strtol(text: str) -> tuple[int, int]:
 def _nthreads(env: Mapping[str, str], profile: Profile, warnings: list[str]) -> int | None:
     """``getNthreads``: a non-multiple of 32 becomes max, then clamp to [min, max]."""
     lim = profile.nccl_choice.nthreads
-    nt = _int_var(env, ("NCCL_NTHREADS",), warnings)
+    nt = nccl_int_var(env, ("NCCL_NTHREADS",), warnings)
     if nt is None or nt <= 0:
         return None
     if nt % lim.multiple != 0:

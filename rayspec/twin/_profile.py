@@ -191,6 +191,14 @@ class ForwardProfile:
     # [est] launch overhead of one target forward run eagerly (a decode batch above
     # --cuda-graph-max-bs, or graphs off); absent: 0, eager costs what a graph does.
     eager_ms: float = 0.0
+    # A model variant (*Model variants*): the token counts a graphed forward (a decode or a
+    # verify) is captured and its kernels tuned for, ascending; one of T tokens costs as the
+    # next size up (T itself beyond the largest, and eagerly). Absent: every T costs its own.
+    graph_token_sizes: tuple[int, ...] = ()
+
+    def graph_tokens(self, tokens: int) -> int:
+        """The token count a graphed forward of ``tokens`` tokens runs at."""
+        return next((s for s in self.graph_token_sizes if s >= tokens), tokens)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +223,12 @@ class SpeculativeProfile:
     adaptive_ms: float = 0.0
     # [est] launch overhead of one draft step run eagerly; absent: 0.
     draft_eager_ms: float = 0.0
+    # Model variants (*Model variants*), absent: 0. Each draft step of a topk-m tree costs
+    # ``topk_step_ms (m**topk_power - 1)`` more (0 for a chain); a tree's verify (topk > 1)
+    # costs ``tree_verify_ms_per_token`` more per verified token than a chain's.
+    topk_step_ms: float = 0.0
+    topk_power: float = 1.0
+    tree_verify_ms_per_token: float = 0.0
 
     def f_spec_ms(self, overlap: bool) -> float:
         if overlap or self.F_spec_no_overlap_ms is None:
@@ -635,6 +649,9 @@ def _forward(node: _Node) -> ForwardProfile:
         p_tok_ms=node.get_float("p_tok_ms"),
         flop_tok_ms=node.get_float("flop_tok_ms"),
         eager_ms=node.get_float("eager_ms") if node.has("eager_ms") else 0.0,
+        graph_token_sizes=(
+            _sizes(node, "graph_token_sizes") if node.has("graph_token_sizes") else ()
+        ),
     )
     node.done()
     if out.W0_ms > out.C0_ms:
@@ -653,9 +670,29 @@ def _speculative(node: _Node) -> SpeculativeProfile:
         ),
         adaptive_ms=node.get_float("adaptive_ms") if node.has("adaptive_ms") else 0.0,
         draft_eager_ms=node.get_float("draft_eager_ms") if node.has("draft_eager_ms") else 0.0,
+        topk_step_ms=node.get_float("topk_step_ms") if node.has("topk_step_ms") else 0.0,
+        topk_power=node.get_float("topk_power", min_value=1.0) if node.has("topk_power") else 1.0,
+        tree_verify_ms_per_token=(
+            node.get_float("tree_verify_ms_per_token")
+            if node.has("tree_verify_ms_per_token")
+            else 0.0
+        ),
     )
     node.done()
     return out
+
+
+def _sizes(node: _Node, name: str) -> tuple[int, ...]:
+    """A non-empty, strictly ascending list of positive integers (token counts)."""
+    value = node.raw(name)
+    if not isinstance(value, list) or not value:
+        raise node.error(name, f"must be a non-empty list of token counts, got {value!r}")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+            raise node.error(name, f"must hold integers >= 1 only, got {item!r}")
+    if any(b <= a for a, b in zip(value, value[1:], strict=False)):
+        raise node.error(name, f"must be strictly ascending, got {value!r}")
+    return tuple(value)
 
 
 def _probability(node: _Node, name: str, value: Any) -> float:

@@ -85,13 +85,13 @@ def check_nccl_values(cfg: ExperimentConfig) -> Findings:
     ``NCCL_P2P_LEVEL`` NCCL does not know (ignored silently: the names are case-sensitive), a
     non-integer integer parameter (ignored: NCCL keeps its default).
     """
+    from rayspec.twin import NCCL_ALGORITHMS as ALGORITHMS
+    from rayspec.twin import NCCL_PROTOCOLS as PROTOCOLS
     from rayspec.twin import NcclInitError
     from rayspec.twin import load_profile
-    from rayspec.twin._nccl import ALGORITHMS
-    from rayspec.twin._nccl import PROTOCOLS
-    from rayspec.twin._nccl import _int_var
-    from rayspec.twin._nccl import _p2p_level
-    from rayspec.twin._nccl import _parse_list
+    from rayspec.twin import nccl_int_var
+    from rayspec.twin import nccl_p2p_level
+    from rayspec.twin import parse_nccl_list
 
     # NCCL's level names; every shipped profile lists the same (nccl_choice.path_order).
     profile = load_profile(TwinConfig().profile)
@@ -106,7 +106,7 @@ def check_nccl_values(cfg: ExperimentConfig) -> Findings:
         if name in ("NCCL_PROTO", "NCCL_ALGO"):
             names = PROTOCOLS if name == "NCCL_PROTO" else ALGORITHMS
             try:
-                _parse_list(value, name, names)
+                parse_nccl_list(value, name, names)
             except NcclInitError as exc:
                 detail = str(exc).splitlines()[0].removeprefix("NCCL WARN ")
                 out.problems.append(
@@ -114,14 +114,14 @@ def check_nccl_values(cfg: ExperimentConfig) -> Findings:
                     f"every trial with it would fail; use {', '.join(names)}"
                 )
         elif name == "NCCL_P2P_LEVEL":
-            _p2p_level({name: value}, profile, notes)
+            nccl_p2p_level({name: value}, profile, notes)
             if notes:
                 fix = value.upper() if value.upper() in levels else f"one of {', '.join(levels)}"
                 out.problems.append(
                     f"{key}: {value!r}: NCCL ignores it silently (case-sensitive): use {fix}"
                 )
         elif name in _NCCL_INTEGERS:
-            _int_var({name: value}, (name,), notes)
+            nccl_int_var({name: value}, (name,), notes)
             if notes:
                 out.problems.append(
                     f"{key}: {value!r} is not an integer: NCCL ignores it and keeps its "
