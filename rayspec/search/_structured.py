@@ -139,6 +139,8 @@ _MODEL_SKIP = 0.05
 # a setting measured once on an unlucky start that the model puts above a lucky pick.
 _MODEL_REL_SD = 0.01
 _RUNS = 5  # the runs of a start the search has not made yet (the field protocol's repeats)
+# A measured configuration whose last this many starts failed is not started again.
+_FAILED_STARTS = 2
 
 
 @dataclass(frozen=True)
@@ -339,7 +341,9 @@ class StructuredSearch(Strategy):
             points=points,
             failed=failed,
             banned=banned,
-            busy={evidence.key_of(c) for c in pending},
+            busy={evidence.key_of(c) for c in pending} | _no_more_starts(
+                observations, evidence, banned
+            ),
             by_spec=by_spec,
             noise=noise,
             fallback_nccl=_best_nccl(points),
@@ -1048,6 +1052,29 @@ class StructuredSearch(Strategy):
             return None
         further = nxt + d
         return further if free(further) else None
+
+
+def _no_more_starts(
+    observations: Sequence[Observation],
+    evidence: Evidence,
+    banned: Collection[tuple[tuple[str, str], ...]],
+) -> set[str]:
+    """Measured configurations never started again (held as if busy): those whose last
+    ``_FAILED_STARTS`` launches failed (a failed start is retried once, as any crash may be
+    the node's; a second in a row ends its starts), and those whose NCCL set was banned since
+    (its launch would be refused). Proposed anyway, each would be asked for again and again,
+    since a refused or failed start changes nothing the search weighs."""
+    streak: dict[str, int] = {}
+    for o in observations:
+        key = evidence.key_of(o.candidate)
+        if o.measured:
+            streak[key] = 0
+        elif o.launched and o.state is TrialState.FAIL and o.failure not in NOT_THE_CONFIG:
+            streak[key] = streak.get(key, 0) + 1
+    return {
+        key for key, p in evidence.points.items()
+        if streak.get(key, 0) >= _FAILED_STARTS or p.candidate.nccl_env in banned
+    }  # fmt: skip
 
 
 def _best_nccl(points: dict[str, Point]) -> tuple[tuple[str, str], ...]:

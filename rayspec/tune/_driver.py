@@ -47,6 +47,7 @@ from rayspec.tune._budget import Budget
 from rayspec.tune._budget import halts_study
 from rayspec.tune._gate import awaits_reference
 from rayspec.tune._gate import make_gate
+from rayspec.tune._halt import SameStartupFailure
 from rayspec.tune._held import HeldTrials
 from rayspec.tune._ledger import load_ledger
 from rayspec.tune._lock import study_lock
@@ -92,6 +93,9 @@ class StudyOutcome:
     bench_s_saved: float = 0.0  # benchmark time those stops saved (estimated from run times)
     restarts: int = 0  # server launches of the whole study
     stopped: str = ""  # why this invocation stopped: budget, converged, n_trials, wall, ...
+    # The study cannot go on as it is (``stopped`` says why): the CLI exits 1. The same startup
+    # failure twice in a row, or a search asking for a start that cannot happen.
+    stuck: bool = False
 
 
 def _store(cfg: ExperimentConfig) -> ParquetTrialStore:
@@ -248,7 +252,9 @@ def _run_study(
     unstarted: list[TrialHandle] = []  # held, then left to start when no launch may
     # No new trial starts: the sampler keeps proposing what was tried, or no room could be had.
     halted = False
+    stuck = False
     instant_in_a_row = 0
+    startups = SameStartupFailure(StudyFolder(cfg.out_dir).logs)
     with cf.ThreadPoolExecutor(max_workers=room.max_workers, thread_name_prefix="trial") as pool:
         try:
             while True:
@@ -282,7 +288,16 @@ def _run_study(
                     if instant is not None:
                         record(trial, instant, reused_from)
                         instant_in_a_row += 1
-                        if instant_in_a_row >= _MAX_INSTANT_IN_A_ROW:
+                        if fresh and trial.repeat_of is not None and trial.retry_of is None:
+                            # Asked for a new start that cannot happen: the same observations
+                            # would ask for it again and again.
+                            stopped = (
+                                f"the search asked for another start of trial "
+                                f"{trial.repeat_of}'s configuration, which cannot start "
+                                f"({instant.failure_detail})"
+                            )
+                            halted = stuck = True
+                        elif instant_in_a_row >= _MAX_INSTANT_IN_A_ROW:
                             stopped = "the sampler keeps proposing configurations already tried"
                             halted = True
                         continue
@@ -334,6 +349,10 @@ def _run_study(
                     retry_lost(handle, trial, result, printer)  # before its row is written
                     record(trial, result, None)
                     held.release(trial.number)
+                    same = startups.see(result)
+                    if same and not halted:
+                        halted = stuck = True
+                        stopped = same
             for trial in [*unstarted, *held.drain()]:
                 record(trial, *held_result(handle, trial, observations, stopped))
             if not halted:  # the plan's verification, on the restarts kept for it
@@ -358,7 +377,7 @@ def _run_study(
         _write_report(cfg, printer)
     return StudyOutcome(
         final, record.ran, done_before, time.monotonic() - t0, record.pruned, record.saved_s,
-        budget.restarts, stopped,
+        budget.restarts, stopped, stuck,
     )  # fmt: skip
 
 
