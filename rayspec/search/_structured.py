@@ -178,7 +178,7 @@ class _View:
     points: dict[str, Point]
     failed: set[str]  # canonical keys that failed (not on an NCCL cause), or lost 2 nodes
     banned: set[tuple[tuple[str, str], ...]]  # NCCL sets that failed a launch
-    busy: set[str]  # keys pending (running in another slot)
+    busy: set[str]  # keys pending (running in another slot), or never started again
     by_spec: dict[SpecSettings | None, list[Observation]]
     noise: Noise
     fallback_nccl: tuple[tuple[str, str], ...]  # without a screen: the best measured set
@@ -336,14 +336,14 @@ class StructuredSearch(Strategy):
                 failed.add(o.key)  # measured to nothing (goodput 0: no request met study.slo)
             if o.measured and not o.candidate.server_settings:
                 by_spec.setdefault(o.candidate.spec, []).append(o)
+        busy = {evidence.key_of(c) for c in pending}
+        busy |= _no_more_starts(observations, evidence, banned)  # never started again
         return _View(
             evidence=evidence,
             points=points,
             failed=failed,
             banned=banned,
-            busy={evidence.key_of(c) for c in pending} | _no_more_starts(
-                observations, evidence, banned
-            ),
+            busy=busy,
             by_spec=by_spec,
             noise=noise,
             fallback_nccl=_best_nccl(points),

@@ -17,8 +17,8 @@ from rayspec._exceptions import ConfigError
 from rayspec._plural import plural
 from rayspec.search import SearchSpace
 from rayspec.search import validate_enqueue
-from rayspec.search._study import check_grid
-from rayspec.search._study import check_resumable
+from rayspec.search._resume import check_grid
+from rayspec.search._resume import check_resumable
 from rayspec.store import StudyFolder
 from rayspec.tune._node import NodeProbes
 from rayspec.tune._node import check_nccl_values
@@ -230,7 +230,7 @@ def preflight(
     space = space or SearchSpace.from_config(cfg.search)
     check_grid(cfg, space)
     validate_enqueue(cfg, space)
-    check_resumable(cfg, space)
+    warnings = check_resumable(cfg, space)
     if cfg.server.engine is Engine.twin:
         _check_twin(cfg)
     if launching:
@@ -248,7 +248,6 @@ def preflight(
             problems += _problem(_check_dashboard, cfg)
         for slot in range(planned_local_slots(cfg)):
             problems += _problem(check_port_free, cfg.server.host, cfg.server.port + slot)
-    warnings: list[str] = []
     if cfg.server.engine is Engine.sglang:
         # NCCL values are checked for the real engine only, and on every run (a dry run too:
         # they are NCCL's rules, not this node's). The twin accepts them on purpose: it exists
@@ -259,7 +258,7 @@ def preflight(
         if on_this_machine:
             findings.extend(check_node(cfg, probes or default_probes()))
         problems += findings.problems
-        warnings = findings.warnings
+        warnings += findings.warnings
     if problems:
         # One line per problem: the CLI prints "error: " before the message's first line.
         raise ConfigError("\nerror: ".join(problems))
