@@ -29,6 +29,8 @@ __all__ = ["check_output_dir", "check_port_free", "planned_local_slots", "prefli
 
 # How long preflight waits for an answer at cluster.address.
 ADDRESS_PROBE_S = 3.0
+# Restarts the search needs before a plan exists to verify: the baseline and a chain.
+PLAN_SEARCH_MIN = 2
 
 
 def planned_local_slots(cfg: ExperimentConfig) -> int:
@@ -230,6 +232,7 @@ def preflight(
     space = space or SearchSpace.from_config(cfg.search)
     check_grid(cfg, space)
     validate_enqueue(cfg, space)
+    _check_plan_budget(cfg)
     warnings = check_resumable(cfg, space)
     if cfg.server.engine is Engine.twin:
         _check_twin(cfg)
@@ -263,6 +266,23 @@ def preflight(
         # One line per problem: the CLI prints "error: " before the message's first line.
         raise ConfigError("\nerror: ".join(problems))
     return warnings
+
+
+def _check_plan_budget(cfg: ExperimentConfig) -> None:
+    """``study.verify_plan`` leaves the search the restarts a plan needs first: the baseline
+    and a chain (with fewer, the study ran no trial at all and said only "budget spent")."""
+    from rayspec.tune._tiers import plan_may_apply
+
+    kept, budget = cfg.study.verify_plan, cfg.study.max_restarts
+    if not kept or not plan_may_apply(cfg) or budget - kept >= PLAN_SEARCH_MIN:
+        return
+    raise ConfigError(
+        f"study.verify_plan: {plural(kept, 'server start')} kept for the plan's verification "
+        f"leave the search {plural(max(0, budget - kept), 'restart')} of "
+        f"study.max_restarts={budget}, and a plan needs {PLAN_SEARCH_MIN} measured first (the "
+        f"baseline and a chain); raise study.max_restarts to {kept + PLAN_SEARCH_MIN} or more, "
+        "or lower study.verify_plan"
+    )
 
 
 def _problem(check: Callable[..., None], *args: Any) -> list[str]:
