@@ -89,6 +89,9 @@ ATTR_RUN_VALUES = "run_values"
 ATTR_RESTART = "restart"
 ATTR_LAUNCH = "launch"
 ATTR_OUTSIDE = "outside_params"  # a trial outside the space (a plan's): its stored parameters
+# A measured trial whose row a stopping driver wrote while it awaited the baseline's outputs
+# (the correctness gate's reference): left RUNNING, recorded by the next driver once it has them.
+ATTR_AWAITS = "awaits_reference"
 ROLE_BASELINE_AGAIN = "baseline#2"
 CONSTRAINT_FAILED = "failed"
 CONSTRAINT_SLO = "slo"  # study.slo: the trial's slo_violation (> 0: infeasible)
@@ -396,14 +399,25 @@ class StudyHandle:
         :meth:`tell` would have: the same state, value, attributes and constraints (``slo``,
         ``failed``), so a resumed study's sampler sees what the original's saw. A trial no
         longer running is left alone (told already)."""
-        running = self._study.get_trials(deepcopy=False, states=(OptunaState.RUNNING,))
-        frozen = next((t for t in running if t.number == result.trial), None)
-        if frozen is None:
+        try:
+            trial = self.running_trial(result.trial, result.candidate)
+        except KeyError:
             return
-        # A live handle on the stored trial, as ``_pop_baseline`` builds one: constraints and
-        # attributes are set through it before the tell.
-        live = optuna.Trial(self._study, frozen._trial_id)
-        self.tell(TrialHandle(live, result.candidate), result)
+        self.tell(trial, result)
+
+    def running_trial(self, number: int, candidate: Candidate) -> TrialHandle:
+        """A live handle on a trial a stopped driver left running (as ``_pop_baseline`` builds
+        one: constraints and attributes are set through it before the tell), with
+        ``candidate`` its stored row's.
+
+        Raises:
+            KeyError: no trial of that number is running.
+        """
+        running = self._study.get_trials(deepcopy=False, states=(OptunaState.RUNNING,))
+        frozen = next((t for t in running if t.number == number), None)
+        if frozen is None:
+            raise KeyError(number)
+        return TrialHandle(optuna.Trial(self._study, frozen._trial_id), candidate)
 
     @staticmethod
     def _set_attrs(trial: TrialHandle, result: TrialResult) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rayspec._config import ExperimentConfig
+from rayspec._exceptions import RayspecError
 from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import TrialResult
@@ -59,6 +60,7 @@ from rayspec.tune._progress import TrialLines
 from rayspec.tune._recorder import Recorder
 from rayspec.tune._recovery import recover
 from rayspec.tune._recovery import retry_lost
+from rayspec.tune._recovery import set_aside_trials
 from rayspec.tune._reuse import held_result
 from rayspec.tune._reuse import instant_result
 from rayspec.tune._room import Room
@@ -193,9 +195,9 @@ def _run_study(
     prepare_folder(cfg, store, printer, space)  # before the study is opened (it may write)
     handle = open_study(cfg, space)
     save_space(cfg.out_dir, space)  # the report reads the stored parameters through it
-    recover(handle, store, printer)
+    aside = recover(handle, store, printer)  # measured, awaiting the baseline: recorded below
     read = candidate_reader(space)
-    records = store.load_records(read)
+    records = [r for r in store.load_records(read) if r.trial not in aside]
     roles = handle.roles()
     done_before = len(handle.finished())
     budget = Budget(cfg, records, done_before)
@@ -245,8 +247,13 @@ def _run_study(
 
     pending: dict[cf.Future[TrialResult], tuple[TrialHandle, int]] = {}
     # Finished before the baseline, whose outputs the gate compares them with: recorded once
-    # the baseline is (awaits_reference); until then they count as running.
-    awaiting: list[tuple[TrialHandle, TrialResult]] = []
+    # the baseline is (awaits_reference); until then they count as running. A stopped
+    # driver's such trials are recorded at once when the gate has its reference now.
+    awaiting = set_aside_trials(handle, store, aside)
+    if awaiting and (gate.reference or not gate.enabled):
+        for waited, measured in awaiting:
+            record(waited, measured, None)
+        awaiting = []
     room = Room(slots)
     held = HeldTrials()  # asked while their configuration runs in another slot
     unstarted: list[TrialHandle] = []  # held, then left to start when no launch may
@@ -355,6 +362,9 @@ def _run_study(
                         stopped = same
             for trial in [*unstarted, *held.drain()]:
                 record(trial, *held_result(handle, trial, observations, stopped))
+            for waited, measured in awaiting:  # no baseline ran: judged without a reference
+                record(waited, measured, None)
+            awaiting = []
             if not halted:  # the plan's verification, on the restarts kept for it
                 kept = store.load_records(read)
                 searched = build_report(
@@ -368,6 +378,7 @@ def _run_study(
             for future in pending:
                 future.cancel()
             LIVE_ACTORS.kill_all()
+            _keep_measured(record, awaiting, printer)
             raise
     final = build_report(
         store.load_records(read), handle.roles(), start_noise=cfg.study.start_noise,
@@ -390,6 +401,18 @@ def _write_report(cfg: ExperimentConfig, printer: Printer) -> None:
     except Exception as exc:  # noqa: BLE001 - the trials are stored; only the report failed
         printer(f"warning: report not written ({type(exc).__name__}: {exc}); "
                 f"try: python -m rayspec.report {cfg.out_dir}")  # fmt: skip
+
+
+def _keep_measured(
+    record: Recorder, awaiting: Sequence[tuple[TrialHandle, TrialResult]], printer: Printer
+) -> None:
+    """On the way out: the trials measured while the baseline ran keep their measurement (a
+    resume records them once it has the baseline's outputs, rather than measuring again)."""
+    for trial, result in awaiting:
+        try:
+            record.set_aside(trial, result)
+        except (OSError, RayspecError) as exc:  # it is measured again on resume, as before
+            printer(f"trial {trial.number}: its measurement could not be kept ({exc})")
 
 
 def _in_flight(
