@@ -115,3 +115,21 @@ def test_a_study_kept_without_a_fingerprint_adopts_the_experiments(tmp_path, mon
     open_study(cfg, space)  # adopted: kept from now on
     assert check_resumable(cfg, space) == []
     assert "bench.max_tokens" in _refusal(path, "bench.max_tokens=60")
+
+
+def test_the_readme_says_what_a_resume_keeps_and_what_it_may_change() -> None:
+    from rayspec.search._resume import RESUME_MAY_CHANGE
+    from rayspec.search._resume import measurement_fingerprint
+    from tests.helpers import REPO
+    from tests.helpers import TWIN_EXPERIMENT
+
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    section = readme[readme.index("**Resuming a study**") :]
+    section = section[: section.index("\n\n")]
+    assert [p for p in RESUME_MAY_CHANGE if f"`{p}`" not in section] == []
+    keys = {k.split("#")[0] for k in measurement_fingerprint(load_config(TWIN_EXPERIMENT))}
+    shown = {k for k in keys if f"`{k}`" in section or f"`{k.split('.')[-1]}`" in section}
+    shown |= {k for k in keys if k.startswith("bench.ladder.") and "`ladder.*`" in section}
+    shown |= {"bench.prompts", "server.twin.profile"}  # "the prompts' file", "profile file"
+    assert sorted(keys - shown) == []
