@@ -44,11 +44,13 @@ def _is_exception_line(line: str) -> bool:
 def cause_line(result: TrialResult) -> str:
     """The line of a failed server's log that says why: the last exception of its traceback,
     else an argument parser's ``error:`` line, else its last line (each without its stamp);
-    the failure's own detail when the log says nothing."""
+    the failure's own detail for a server never ready (its wait) or when the log says nothing."""
     lines = [_STAMP.sub("", ln).strip() for ln in result.log_tail.splitlines()]
     lines = [ln for ln in lines if ln and not ln.startswith("[rayspec")]
     found = next((ln for ln in reversed(lines) if _is_exception_line(ln)), "")
     found = found or next((ln for ln in reversed(lines) if ": error: " in ln), "")
+    if not found and result.failure == FailureReason.NEVER_READY.value:
+        found = result.failure_detail.strip()  # "not ready within N s": server.startup_timeout_s
     found = found or (lines[-1] if lines else result.failure_detail.strip())
     return found[:_CAUSE_CHARS]
 

@@ -171,6 +171,9 @@ def test_startup_failures_of_different_causes_do_not_stop_the_study() -> None:
     assert crash(4, "[2026-01-02 10:00:00 TP0] usage: launch_server.py: error: bad flag") == ""
     assert crash(5, "[2026-01-02 10:00:09 TP0] usage: launch_server.py: error: bad flag")
     assert crash(6, "RuntimeError: x") == "" and crash(8, "RuntimeError: x") == ""  # one config
+    never = "sglang server not ready within 60 s (never_ready)"
+    waited = failed_result(9, Candidate(), FailureReason.NEVER_READY, never, log_tail="[t] x")
+    assert cause_line(waited) == never  # the wait, not the log's last line
     # The cause line: the last exception of a traceback, without the log's own stamp.
     tail = BROKEN.format(n=3)
     result = failed_result(7, Candidate(), FailureReason.STARTUP_CRASH, "x", log_tail=tail)
