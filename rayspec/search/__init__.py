@@ -20,6 +20,7 @@ from rayspec.search._posterior import Estimate
 from rayspec.search._posterior import Noise
 from rayspec.search._posterior import prob_better
 from rayspec.search._posterior import prob_positive
+from rayspec.search._resume import validate_enqueue
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
 from rayspec.search._stored import StoredStudy
@@ -34,7 +35,6 @@ from rayspec.search._structured import wants_more_runs
 from rayspec.search._study import StudyHandle
 from rayspec.search._study import TrialHandle
 from rayspec.search._study import open_study
-from rayspec.search._study import validate_enqueue
 from rayspec.search._valued import BeliefSearch
 
 __all__ = [

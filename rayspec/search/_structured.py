@@ -139,6 +139,8 @@ _MODEL_SKIP = 0.05
 # a setting measured once on an unlucky start that the model puts above a lucky pick.
 _MODEL_REL_SD = 0.01
 _RUNS = 5  # the runs of a start the search has not made yet (the field protocol's repeats)
+# A measured configuration whose last this many starts failed is not started again.
+_FAILED_STARTS = 2
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ class _View:
     points: dict[str, Point]
     failed: set[str]  # canonical keys that failed (not on an NCCL cause), or lost 2 nodes
     banned: set[tuple[tuple[str, str], ...]]  # NCCL sets that failed a launch
-    busy: set[str]  # keys pending (running in another slot)
+    busy: set[str]  # keys pending (running in another slot), or never started again
     by_spec: dict[SpecSettings | None, list[Observation]]
     noise: Noise
     fallback_nccl: tuple[tuple[str, str], ...]  # without a screen: the best measured set
@@ -334,12 +336,14 @@ class StructuredSearch(Strategy):
                 failed.add(o.key)  # measured to nothing (goodput 0: no request met study.slo)
             if o.measured and not o.candidate.server_settings:
                 by_spec.setdefault(o.candidate.spec, []).append(o)
+        busy = {evidence.key_of(c) for c in pending}
+        busy |= _no_more_starts(observations, evidence, banned)  # never started again
         return _View(
             evidence=evidence,
             points=points,
             failed=failed,
             banned=banned,
-            busy={evidence.key_of(c) for c in pending},
+            busy=busy,
             by_spec=by_spec,
             noise=noise,
             fallback_nccl=_best_nccl(points),
@@ -1048,6 +1052,29 @@ class StructuredSearch(Strategy):
             return None
         further = nxt + d
         return further if free(further) else None
+
+
+def _no_more_starts(
+    observations: Sequence[Observation],
+    evidence: Evidence,
+    banned: Collection[tuple[tuple[str, str], ...]],
+) -> set[str]:
+    """Measured configurations never started again (held as if busy): those whose last
+    ``_FAILED_STARTS`` launches failed (a failed start is retried once, as any crash may be
+    the node's; a second in a row ends its starts), and those whose NCCL set was banned since
+    (its launch would be refused). Proposed anyway, each would be asked for again and again,
+    since a refused or failed start changes nothing the search weighs."""
+    streak: dict[str, int] = {}
+    for o in observations:
+        key = evidence.key_of(o.candidate)
+        if o.measured:
+            streak[key] = 0
+        elif o.launched and o.state is TrialState.FAIL and o.failure not in NOT_THE_CONFIG:
+            streak[key] = streak.get(key, 0) + 1
+    return {
+        key for key, p in evidence.points.items()
+        if streak.get(key, 0) >= _FAILED_STARTS or p.candidate.nccl_env in banned
+    }  # fmt: skip
 
 
 def _best_nccl(points: dict[str, Point]) -> tuple[tuple[str, str], ...]:

@@ -23,7 +23,6 @@ How outcomes are told (:meth:`StudyHandle.tell`):
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -51,13 +50,18 @@ from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
 from rayspec.search._journal import check_journal
+from rayspec.search._resume import ATTR_MEASURED_WITH
+from rayspec.search._resume import check_grid
+from rayspec.search._resume import check_same_experiment
+from rayspec.search._resume import check_stored_choices
+from rayspec.search._resume import measurement_fingerprint
+from rayspec.search._resume import space_fingerprint
 from rayspec.search._space import ATTR_QUEUED
 from rayspec.search._space import SearchSpace
 from rayspec.search._space import canonical_key
 from rayspec.search._stored import ATTR_RETRY_OF
 from rayspec.search._stored import ATTR_ROLE
 from rayspec.search._stored import StoredTrial
-from rayspec.search._stored import load_stored
 from rayspec.search._stored import stored_roles
 
 __all__ = [
@@ -85,6 +89,9 @@ ATTR_RUN_VALUES = "run_values"
 ATTR_RESTART = "restart"
 ATTR_LAUNCH = "launch"
 ATTR_OUTSIDE = "outside_params"  # a trial outside the space (a plan's): its stored parameters
+# A measured trial whose row a stopping driver wrote while it awaited the baseline's outputs
+# (the correctness gate's reference): left RUNNING, recorded by the next driver once it has them.
+ATTR_AWAITS = "awaits_reference"
 ROLE_BASELINE_AGAIN = "baseline#2"
 CONSTRAINT_FAILED = "failed"
 CONSTRAINT_SLO = "slo"  # study.slo: the trial's slo_violation (> 0: infeasible)
@@ -95,9 +102,6 @@ TRIAL_METRIC_ATTRS = (
     "accept_length", "runs", "vs_baseline_ratio", "gate_compared", "gate_diverged_early",
     "gate_unchecked", "goodput", "slo_violation",
 )  # fmt: skip
-# The most configurations study.sampler=grid may walk. Those in experiments/ have 44,469 each; a
-# grid of millions would never finish, and Optuna holds and shuffles every point on each open.
-GRID_MAX_POINTS = 100_000
 _FINISHED = (OptunaState.COMPLETE, OptunaState.PRUNED, OptunaState.FAIL)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -395,14 +399,25 @@ class StudyHandle:
         :meth:`tell` would have: the same state, value, attributes and constraints (``slo``,
         ``failed``), so a resumed study's sampler sees what the original's saw. A trial no
         longer running is left alone (told already)."""
-        running = self._study.get_trials(deepcopy=False, states=(OptunaState.RUNNING,))
-        frozen = next((t for t in running if t.number == result.trial), None)
-        if frozen is None:
+        try:
+            trial = self.running_trial(result.trial, result.candidate)
+        except KeyError:
             return
-        # A live handle on the stored trial, as ``_pop_baseline`` builds one: constraints and
-        # attributes are set through it before the tell.
-        live = optuna.Trial(self._study, frozen._trial_id)
-        self.tell(TrialHandle(live, result.candidate), result)
+        self.tell(trial, result)
+
+    def running_trial(self, number: int, candidate: Candidate) -> TrialHandle:
+        """A live handle on a trial a stopped driver left running (as ``_pop_baseline`` builds
+        one: constraints and attributes are set through it before the tell), with
+        ``candidate`` its stored row's.
+
+        Raises:
+            KeyError: no trial of that number is running.
+        """
+        running = self._study.get_trials(deepcopy=False, states=(OptunaState.RUNNING,))
+        frozen = next((t for t in running if t.number == number), None)
+        if frozen is None:
+            raise KeyError(number)
+        return TrialHandle(optuna.Trial(self._study, frozen._trial_id), candidate)
 
     @staticmethod
     def _set_attrs(trial: TrialHandle, result: TrialResult) -> None:
@@ -534,8 +549,8 @@ def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
     configurations of ``study.enqueue`` in order, before anything the search picks.
 
     Raises:
-        ConfigError: the storage holds this study from an experiment with another engine or
-            another search space.
+        ConfigError: the storage holds this study from an experiment with another engine,
+            search space or measurement (:mod:`rayspec.search._resume`).
     """
     sampler = _make_sampler(cfg, space)  # first: a grid too large is refused, nothing written
     storage = _make_storage(cfg.storage_url)
@@ -551,8 +566,10 @@ def open_study(cfg: ExperimentConfig, space: SearchSpace) -> StudyHandle:
         study.set_user_attr("engine", cfg.server.engine.value)
         study.set_user_attr("space", space_fingerprint(space))
         study.set_user_attr("objective", f"{cfg.study.objective} (output tok/s)")
-    _check_same_experiment(cfg, space, study.user_attrs)
-    _check_stored_choices(cfg, space, study.get_trials(deepcopy=False))
+    check_same_experiment(cfg, space, study.user_attrs)
+    check_stored_choices(cfg, space, study.get_trials(deepcopy=False))
+    if ATTR_MEASURED_WITH not in study.user_attrs:  # a new study, or one kept without it
+        study.set_user_attr(ATTR_MEASURED_WITH, measurement_fingerprint(cfg))
     handle.set_study_attrs(study_description(cfg))
     handle.seed()
     return handle
@@ -583,91 +600,3 @@ def study_description(cfg: ExperimentConfig) -> dict[str, Any]:
         f"(up to {cfg.max_repeats}); scenarios {scenarios}",
         "output_dir": os.path.abspath(cfg.out_dir),
     }
-
-
-def space_fingerprint(space: SearchSpace) -> str:
-    """The searched parameters and their choices: Optuna cannot resume across a change."""
-    return json.dumps(space.grid(), sort_keys=True)
-
-
-def _check_same_experiment(
-    cfg: ExperimentConfig, space: SearchSpace, attrs: Mapping[str, Any]
-) -> None:
-    where = f"study {cfg.study.name!r} in {cfg.storage_url}"
-    engine = cfg.server.engine.value
-    if attrs.get("engine", engine) != engine:
-        raise ConfigError(
-            f"study.name: {where} was run with engine {attrs['engine']}; choose another "
-            f"study.name for engine {engine}"
-        )
-    stored = attrs.get("space")
-    if stored is not None and stored != space_fingerprint(space):
-        old, new = json.loads(stored), space.grid()
-        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        raise ConfigError(
-            f"search: {where} was created with other choices for {', '.join(changed)}; "
-            "restore them or choose another study.name (Optuna cannot resume a changed space)"
-        )
-
-
-def _check_stored_choices(
-    cfg: ExperimentConfig, space: SearchSpace, trials: list[FrozenTrial]
-) -> None:
-    """Every parameter the stored trials used must have the same choices in this space."""
-    ours: dict[str, list[Any]] = dict(space.grid())
-    for k in space.num_steps:
-        for m in space.eagle_topk:
-            name, budgets = space.ndt_param(k, m)
-            ours[name] = list(budgets)
-    changed = set()
-    for t in trials:
-        for name, dist in t.distributions.items():
-            choices = getattr(dist, "choices", None)
-            if name in ours and choices is not None and list(choices) != ours[name]:
-                changed.add(name)
-            elif name not in ours:
-                changed.add(name)
-    if changed:
-        raise ConfigError(
-            f"search: study {cfg.study.name!r} in {cfg.storage_url} was created with other "
-            f"choices for {', '.join(sorted(changed))}; restore them or choose another "
-            "study.name (Optuna cannot resume a changed space)"
-        )
-
-
-def check_resumable(cfg: ExperimentConfig, space: SearchSpace) -> None:
-    """Before anything starts: refuse to resume a stored study of another experiment."""
-    stored = load_stored(cfg)
-    if stored is None:
-        return
-    attrs, trials = stored
-    _check_same_experiment(cfg, space, attrs)
-    _check_stored_choices(cfg, space, trials)
-
-
-def check_grid(cfg: ExperimentConfig, space: SearchSpace) -> None:
-    """Refuse ``study.sampler: grid`` on a space too large to walk (before anything starts).
-
-    Raises:
-        ConfigError: one line naming ``study.sampler`` and the grid's size.
-    """
-    if cfg.study.sampler is not Sampler.grid:
-        return
-    points = space.size()
-    if points > GRID_MAX_POINTS:
-        raise ConfigError(
-            f"study.sampler: grid would try {points:,} configurations (at most "
-            f"{GRID_MAX_POINTS:,}); declare fewer choices under search, or use "
-            "study.sampler=structured, tpe or random"
-        )
-
-
-def validate_enqueue(cfg: ExperimentConfig, space: SearchSpace) -> None:
-    """Check ``study.enqueue`` against the space before anything starts."""
-    for i, params in enumerate(cfg.study.enqueue):
-        try:
-            space.candidate(space.coerce(params))
-        except ConfigError as exc:
-            raise ConfigError(f"study.enqueue[{i}].{exc}") from exc
-        except (KeyError, ValueError) as exc:
-            raise ConfigError(f"study.enqueue[{i}]: {exc}") from exc

@@ -2,7 +2,9 @@
 experiment.
 
 The only module that prints for the study or calls ``sys.exit``. Exit codes: 0 done, 2 bad
-input (nothing started), 1 an unexpected error, 130 interrupted (run it again to resume).
+input (nothing started), 1 an unexpected error, no trial measured, or a study that cannot go
+on as it is (the same startup failure twice in a row: one ``error:`` line says why), 130
+interrupted (run it again to resume).
 """
 
 from __future__ import annotations
@@ -195,6 +197,7 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     from rayspec.tune._report import deploy_warnings
     from rayspec.tune._report import format_gains
     from rayspec.tune._report import format_table
+    from rayspec.tune._report import no_pick_line
     from rayspec.tune._tiers import write_adaptive_tiers
 
     if cfg.server.engine is Engine.twin:
@@ -229,7 +232,7 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     report = outcome.report
     folder = StudyFolder(cfg.out_dir)
     print()
-    if outcome.stopped:
+    if outcome.stopped and not outcome.stuck:  # a stuck study's line is its error, at the end
         _say(f"stopped: {outcome.stopped}")
         if outcome.stopped.startswith("converged") and cfg.study.sampler is Sampler.belief:
             _say(
@@ -242,14 +245,9 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
         f"{report.reused} reused); this run added {outcome.ran} in {outcome.wall_s:.0f} s"
     )
     if report.best is None:
-        if report.pick_note:
-            _say(report.pick_note)
-            return 1
-        _say(
-            "no trial completed: see the failure reasons in the trials table and the logs in "
-            f"{folder.logs}"
-        )
-        return 1
+        measured = _measured_trials(cfg)
+        _say(report.pick_note or no_pick_line(cfg, report, measured, folder.logs))
+        return _stuck(outcome.stopped) if outcome.stuck else 1
     print(format_table(report))
     print("what each change bought, against the baseline:")
     for line in format_gains(report):
@@ -298,7 +296,21 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     print(f"  trials:     {folder.trials}/ (Parquet, one file per trial)")
     dashboard = installed_command("optuna-dashboard")
     print(f"  study:      {dashboard} {shlex.quote(cfg.storage_url)} --host 127.0.0.1 --port 8080")
-    return 0
+    return _stuck(outcome.stopped) if outcome.stuck else 0
+
+
+def _measured_trials(cfg: ExperimentConfig) -> int:
+    """Stored trials whose server ran to their end (completed, or pruned), whatever they
+    measured (a reused result is no run of its own)."""
+    from rayspec.store import ParquetTrialStore
+
+    rows = ParquetTrialStore(cfg.out_dir).trial_rows()
+    return sum(1 for r in rows if r.get("command") and r.get("state") in ("COMPLETE", "PRUNED"))
+
+
+def _stuck(line: str) -> int:
+    """A study that cannot go on as it is: its one line, exit 1 (the trials are kept)."""
+    return _error(f"the study cannot go on: {line}", 1)
 
 
 def _plan_verdict(cfg: ExperimentConfig, report: StudyReport) -> PlanVerdict | None:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rayspec._config import ExperimentConfig
+from rayspec._exceptions import RayspecError
 from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec._types import TrialResult
@@ -48,6 +49,7 @@ from rayspec.tune._budget import Budget
 from rayspec.tune._budget import halts_study
 from rayspec.tune._gate import awaits_reference
 from rayspec.tune._gate import make_gate
+from rayspec.tune._halt import SameStartupFailure
 from rayspec.tune._held import HeldTrials
 from rayspec.tune._ledger import load_ledger
 from rayspec.tune._lock import study_lock
@@ -59,6 +61,7 @@ from rayspec.tune._progress import TrialLines
 from rayspec.tune._recorder import Recorder
 from rayspec.tune._recovery import recover
 from rayspec.tune._recovery import retry_lost
+from rayspec.tune._recovery import set_aside_trials
 from rayspec.tune._reuse import held_result
 from rayspec.tune._reuse import instant_result
 from rayspec.tune._room import Room
@@ -96,6 +99,9 @@ class StudyOutcome:
     bench_s_saved: float = 0.0  # benchmark time those stops saved (estimated from run times)
     restarts: int = 0  # server launches of the whole study
     stopped: str = ""  # why this invocation stopped: budget, converged, n_trials, wall, ...
+    # The study cannot go on as it is (``stopped`` says why): the CLI exits 1. The same startup
+    # failure twice in a row, or a search asking for a start that cannot happen.
+    stuck: bool = False
 
 
 def _store(cfg: ExperimentConfig) -> ParquetTrialStore:
@@ -193,9 +199,9 @@ def _run_study(
     prepare_folder(cfg, store, printer, space)  # before the study is opened (it may write)
     handle = open_study(cfg, space)
     save_space(cfg.out_dir, space)  # the report reads the stored parameters through it
-    recover(handle, store, printer)
+    aside = recover(handle, store, printer)  # measured, awaiting the baseline: recorded below
     read = candidate_reader(space)
-    records = store.load_records(read)
+    records = [r for r in store.load_records(read) if r.trial not in aside]
     roles = handle.roles()
     done_before = len(handle.finished())
     budget = Budget(cfg, records, done_before)
@@ -254,14 +260,21 @@ def _run_study(
 
     pending: dict[cf.Future[TrialResult], tuple[TrialHandle, int]] = {}
     # Finished before the baseline, whose outputs the gate compares them with: recorded once
-    # the baseline is (awaits_reference); until then they count as running.
-    awaiting: list[tuple[TrialHandle, TrialResult]] = []
+    # the baseline is (awaits_reference); until then they count as running. A stopped
+    # driver's such trials are recorded at once when the gate has its reference now.
+    awaiting = set_aside_trials(handle, store, aside)
+    if awaiting and (gate.reference or not gate.enabled):
+        for waited, measured in awaiting:
+            record(waited, measured, None)
+        awaiting = []
     room = Room(slots)
     held = HeldTrials()  # asked while their configuration runs in another slot
     unstarted: list[TrialHandle] = []  # held, then left to start when no launch may
     # No new trial starts: the sampler keeps proposing what was tried, or no room could be had.
     halted = False
+    stuck = False
     instant_in_a_row = 0
+    startups = SameStartupFailure(StudyFolder(cfg.out_dir).logs)
     with cf.ThreadPoolExecutor(max_workers=room.max_workers, thread_name_prefix="trial") as pool:
         try:
             while True:
@@ -295,7 +308,16 @@ def _run_study(
                     if instant is not None:
                         record(trial, instant, reused_from)
                         instant_in_a_row += 1
-                        if instant_in_a_row >= _MAX_INSTANT_IN_A_ROW:
+                        if fresh and trial.repeat_of is not None and trial.retry_of is None:
+                            # Asked for a new start that cannot happen: the same observations
+                            # would ask for it again and again.
+                            stopped = (
+                                f"the search asked for another start of trial "
+                                f"{trial.repeat_of}'s configuration, which cannot start "
+                                f"({instant.failure_detail})"
+                            )
+                            halted = stuck = True
+                        elif instant_in_a_row >= _MAX_INSTANT_IN_A_ROW:
                             stopped = "the sampler keeps proposing configurations already tried"
                             halted = True
                         continue
@@ -347,8 +369,15 @@ def _run_study(
                     retry_lost(handle, trial, result, printer)  # before its row is written
                     record(trial, result, None)
                     held.release(trial.number)
+                    same = startups.see(result)
+                    if same and not halted:
+                        halted = stuck = True
+                        stopped = same
             for trial in [*unstarted, *held.drain()]:
                 record(trial, *held_result(handle, trial, observations, stopped))
+            for waited, measured in awaiting:  # no baseline ran: judged without a reference
+                record(waited, measured, None)
+            awaiting = []
             if not halted:  # the plan's verification, on the restarts kept for it
                 kept = store.load_records(read)
                 searched = build_report(
@@ -362,6 +391,7 @@ def _run_study(
             for future in pending:
                 future.cancel()
             LIVE_ACTORS.kill_all()
+            _keep_measured(record, awaiting, printer)
             raise
     final = build_report(
         store.load_records(read), handle.roles(), start_noise=cfg.study.start_noise,
@@ -375,7 +405,7 @@ def _run_study(
         )
     return StudyOutcome(
         final, record.ran, done_before, time.monotonic() - t0, record.pruned, record.saved_s,
-        budget.restarts, stopped,
+        budget.restarts, stopped, stuck,
     )  # fmt: skip
 
 
@@ -388,6 +418,18 @@ def _write_report(cfg: ExperimentConfig, printer: Printer) -> None:
     except Exception as exc:  # noqa: BLE001 - the trials are stored; only the report failed
         printer(f"warning: report not written ({type(exc).__name__}: {exc}); "
                 f"try: python -m rayspec.report {cfg.out_dir}")  # fmt: skip
+
+
+def _keep_measured(
+    record: Recorder, awaiting: Sequence[tuple[TrialHandle, TrialResult]], printer: Printer
+) -> None:
+    """On the way out: the trials measured while the baseline ran keep their measurement (a
+    resume records them once it has the baseline's outputs, rather than measuring again)."""
+    for trial, result in awaiting:
+        try:
+            record.set_aside(trial, result)
+        except (OSError, RayspecError) as exc:  # it is measured again on resume, as before
+            printer(f"trial {trial.number}: its measurement could not be kept ({exc})")
 
 
 def _in_flight(

@@ -17,8 +17,8 @@ from rayspec._exceptions import ConfigError
 from rayspec._plural import plural
 from rayspec.search import SearchSpace
 from rayspec.search import validate_enqueue
-from rayspec.search._study import check_grid
-from rayspec.search._study import check_resumable
+from rayspec.search._resume import check_grid
+from rayspec.search._resume import check_resumable
 from rayspec.store import StudyFolder
 from rayspec.tune._node import NodeProbes
 from rayspec.tune._node import check_nccl_values
@@ -29,6 +29,8 @@ __all__ = ["check_output_dir", "check_port_free", "planned_local_slots", "prefli
 
 # How long preflight waits for an answer at cluster.address.
 ADDRESS_PROBE_S = 3.0
+# Restarts the search needs before a plan exists to verify: the baseline and a chain.
+PLAN_SEARCH_MIN = 2
 
 
 def planned_local_slots(cfg: ExperimentConfig) -> int:
@@ -230,7 +232,8 @@ def preflight(
     space = space or SearchSpace.from_config(cfg.search)
     check_grid(cfg, space)
     validate_enqueue(cfg, space)
-    check_resumable(cfg, space)
+    _check_plan_budget(cfg)
+    warnings = check_resumable(cfg, space)
     if cfg.server.engine is Engine.twin:
         _check_twin(cfg)
     if launching:
@@ -248,7 +251,6 @@ def preflight(
             problems += _problem(_check_dashboard, cfg)
         for slot in range(planned_local_slots(cfg)):
             problems += _problem(check_port_free, cfg.server.host, cfg.server.port + slot)
-    warnings: list[str] = []
     if cfg.server.engine is Engine.sglang:
         # NCCL values are checked for the real engine only, and on every run (a dry run too:
         # they are NCCL's rules, not this node's). The twin accepts them on purpose: it exists
@@ -259,11 +261,28 @@ def preflight(
         if on_this_machine:
             findings.extend(check_node(cfg, probes or default_probes()))
         problems += findings.problems
-        warnings = findings.warnings
+        warnings += findings.warnings
     if problems:
         # One line per problem: the CLI prints "error: " before the message's first line.
         raise ConfigError("\nerror: ".join(problems))
     return warnings
+
+
+def _check_plan_budget(cfg: ExperimentConfig) -> None:
+    """``study.verify_plan`` leaves the search the restarts a plan needs first: the baseline
+    and a chain (with fewer, the study ran no trial at all and said only "budget spent")."""
+    from rayspec.tune._tiers import plan_may_apply
+
+    kept, budget = cfg.study.verify_plan, cfg.study.max_restarts
+    if not kept or not plan_may_apply(cfg) or budget - kept >= PLAN_SEARCH_MIN:
+        return
+    raise ConfigError(
+        f"study.verify_plan: {plural(kept, 'server start')} kept for the plan's verification "
+        f"leave the search {plural(max(0, budget - kept), 'restart')} of "
+        f"study.max_restarts={budget}, and a plan needs {PLAN_SEARCH_MIN} measured first (the "
+        f"baseline and a chain); raise study.max_restarts to {kept + PLAN_SEARCH_MIN} or more, "
+        "or lower study.verify_plan"
+    )
 
 
 def _problem(check: Callable[..., None], *args: Any) -> list[str]:

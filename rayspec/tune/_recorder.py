@@ -25,6 +25,7 @@ from rayspec.search import Equivalence
 from rayspec.search import Observation
 from rayspec.search import StudyHandle
 from rayspec.search import TrialHandle
+from rayspec.search._study import ATTR_AWAITS
 from rayspec.store import ParquetTrialStore
 from rayspec.tune._budget import Budget
 from rayspec.tune._checks import Chain
@@ -92,18 +93,31 @@ class Recorder:
     def __post_init__(self) -> None:
         self._scenario = objective_scenario(self.cfg)
 
-    def __call__(self, trial: TrialHandle, result: TrialResult, reused_from: int | None) -> None:
-        cfg, ledger, budget = self.cfg, self.ledger, self.budget
-        # The objective's per-run values: goodput's when it is the objective (the structured
-        # search and the pick then weigh goodput), the throughput's otherwise. Pruning still
-        # watches a running trial's throughput against these: goodput <= throughput, so a
-        # trial pruned could not have won; some that could not are measured in full.
+    def _runs(self, result: TrialResult) -> list[float]:
+        """The objective's per-run values: goodput's when it is the objective (the structured
+        search and the pick then weigh goodput), the throughput's otherwise. Pruning still
+        watches a running trial's throughput against these: goodput <= throughput, so a trial
+        pruned could not have won; some that could not are measured in full."""
         per_run = (
-            per_run_goodput(result.requests, cfg.study.slo, self._scenario)
-            if cfg.study.objective == "goodput"
+            per_run_goodput(result.requests, self.cfg.study.slo, self._scenario)
+            if self.cfg.study.objective == "goodput"
             else per_run_tok_s(result.requests, self._scenario)
         )
-        runs = [v for v in per_run.values() if math.isfinite(v)]
+        return [v for v in per_run.values() if math.isfinite(v)]
+
+    def set_aside(self, trial: TrialHandle, result: TrialResult) -> None:
+        """Keep a measured trial that awaits the baseline's outputs when the driver stops: its
+        row and request rows written, Optuna not told (the trial stays RUNNING, marked); the
+        next driver records it through :meth:`__call__` once it has the baseline's outputs,
+        rather than measuring it again."""
+        trial.set_attr(ATTR_AWAITS, True)
+        stored = trial_row(trial, result, self._runs(result), self.budget.restarts, "")
+        self.handle.keep_record(trial, stored)
+        self.store.append_trial(stored)
+
+    def __call__(self, trial: TrialHandle, result: TrialResult, reused_from: int | None) -> None:
+        cfg, ledger, budget = self.cfg, self.ledger, self.budget
+        runs = self._runs(result)
         if result.state in (TrialState.COMPLETE, TrialState.PRUNED) and runs:
             metrics = dict(result.metrics) | ledger.comparisons(runs)
             result = dataclasses.replace(result, metrics=metrics)

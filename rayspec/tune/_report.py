@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from rayspec._config import ExperimentConfig
+from rayspec._plural import plural
 from rayspec.results import ABOVE_PEAK_WHY
 from rayspec.results import Row
 from rayspec.results import StudyReport
@@ -14,7 +16,7 @@ from rayspec.results import above_peak
 from rayspec.results import gains
 from rayspec.results import vs_baseline
 
-__all__ = ["ABOVE_PEAK_MARK", "deploy_warnings", "format_gains", "format_table"]
+__all__ = ["ABOVE_PEAK_MARK", "deploy_warnings", "format_gains", "format_table", "no_pick_line"]
 
 # After an estimate above its row's own peak; the note under the table says why.
 ABOVE_PEAK_MARK = "*"
@@ -84,3 +86,25 @@ def format_gains(report: StudyReport) -> list[str]:
     """What each change bought against the baseline, one line each (the field table's
     decomposition: NCCL alone, speculation on top, the joint pick)."""
     return [g.describe() for g in gains(report)]
+
+
+def no_pick_line(cfg: ExperimentConfig, report: StudyReport, measured: int, logs: str) -> str:
+    """Why no configuration was picked, as it happened: nothing ran to its end, or trials ran
+    and measured nothing (``measured``: the trials that completed or were pruned)."""
+    if not measured:
+        return (
+            "no trial completed: see the failure reasons in the trials table and the logs in "
+            f"{logs}"
+        )
+    ran = f"{plural(measured, 'trial')} ran to the end ({report.failed} failed)"
+    if cfg.study.objective == "goodput" and cfg.study.slo:
+        slo = ", ".join(f"{k} {v:g}" for k, v in cfg.study.slo.items())
+        return (
+            f"no configuration picked: {ran}, but no request of any met study.slo ({slo}), so "
+            "each measured a goodput of 0 tok/s; loosen study.slo, or set "
+            "study.objective=tok_s_mean to rank by throughput"
+        )
+    return (
+        f"no configuration picked: {ran}, but none measured a positive {cfg.study.objective}; "
+        f"see the trials table and the logs in {logs}"
+    )

@@ -62,7 +62,8 @@ def instant_result(
     """Results that need no server, and the trial whose result is reused (if any).
 
     An impossible draft tree, an NCCL set that already failed a launch, a configuration that
-    already failed, or (without ``repeat_of``) one measured before.
+    already failed (unless ``repeat_of`` asks for another start of one that ran), or (without
+    ``repeat_of``) one measured before.
     """
     candidate = trial.candidate
     spec = candidate.spec
@@ -86,7 +87,12 @@ def instant_result(
             f"{what} failed the launch of trial {failed_trial} ({reason}): not launched again",
         ), None  # fmt: skip
     key = canonical_key(candidate)
+    again = trial.repeat_of is not None or trial.role == ROLE_BASELINE_AGAIN
     failed = handle.failed_by_key().get(key)
+    if again and key in handle.completed_by_key():
+        # A deliberate new start of a configuration that ran: a failed start of it (killed
+        # from outside, a node's hiccup) says how that start ended, not that it cannot run.
+        failed = None
     if failed is not None and failed.number != trial.number:
         reason = str(failed.attrs.get("failure_reason", "unknown"))
         trial.set_attr("reused_from", failed.number)
@@ -95,7 +101,7 @@ def instant_result(
             f"same configuration as trial {failed.number}, which failed ({reason}): not "
             "launched again",
         ), failed.number  # fmt: skip
-    if trial.repeat_of is not None or trial.role == ROLE_BASELINE_AGAIN:
+    if again:
         return None, None  # a deliberate new server start
     previous = handle.completed_by_key().get(key)
     if previous is not None and previous.number != trial.number:

@@ -9,11 +9,13 @@ environment and the sizes are unchanged; a report reads its classes back with
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
 from collections.abc import Callable
 
+from rayspec._config import UNSET
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
@@ -32,6 +34,8 @@ from rayspec.store import StudyFolder
 __all__ = ["message_sizes", "run_screen", "token_bytes"]
 
 Printer = Callable[[str], None]
+# A saved screen of 256 sets is ~150 KiB; one far larger was not written by a screen.
+_MAX_SAVED_BYTES = 16 * 1024 * 1024
 
 
 def _model_hidden_size(model_path: str) -> int | None:
@@ -113,6 +117,30 @@ def _fingerprint(cfg: ExperimentConfig, space: SearchSpace, sizes: list[int]) ->
     )
 
 
+def _not_of(report: ScreenReport, space: SearchSpace, sizes: list[int], tolerance: float) -> str:
+    """Why a saved ranking is not one of this study's sets ("" when it is): a set naming a
+    variable or value the space does not search, a size or latency that no screen measured."""
+    if list(report.sizes) != sizes or report.tolerance != tolerance:
+        return "other message sizes or tolerance than its fingerprint says"
+    choices = {name: set(values) - {UNSET} for name, values in space.nccl}
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    for r in report.results:
+        names = [k for k, _ in r.env]
+        if list(r.env) != sorted(r.env) or len(set(names)) != len(names) or r.env in seen:
+            return f"set {r.env} is not in canonical form, or listed twice"
+        seen.add(r.env)
+        bad = [f"{k}={v}" for k, v in r.env if v not in choices.get(k, ())]
+        if bad:
+            return f"{' '.join(bad)} is not a choice of search.nccl"
+        if r.ok and (
+            [n for n, _ in r.latency_us] != sizes
+            or not all(math.isfinite(t) and t > 0 for _, t in r.latency_us)
+        ):
+            named = " ".join(f"{k}={v}" for k, v in r.env) or "NCCL default"
+            return f"{named} has no positive latency at each of the study's message sizes"
+    return ""
+
+
 def run_screen(
     cfg: ExperimentConfig,
     space: SearchSpace,
@@ -134,12 +162,16 @@ def run_screen(
     if os.path.exists(path):
         try:
             with open(path, encoding="utf-8") as fh:
-                saved, stored = ScreenReport.from_json(fh.read())
-            if stored == fingerprint:
+                saved, stored = ScreenReport.from_json(fh.read(_MAX_SAVED_BYTES))
+            why = _not_of(saved, space, sizes, sc.tolerance) if stored == fingerprint else ""
+            if stored == fingerprint and not why:
                 printer(f"NCCL screen: {plural(len(saved.results), 'set')}, from {path}")
                 return saved
-        except (OSError, ValueError):
-            pass  # measure again
+        except (OSError, ValueError) as exc:
+            why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        if why:  # damaged or edited: the search would follow sets the study cannot launch
+            printer(f"NCCL screen: {path} is not a ranking of this study's NCCL sets ({why}); "
+                    "measured again")  # fmt: skip
     owned = screen is None
     screen = screen or _make_screen(cfg)
     if screen is None:

@@ -196,7 +196,7 @@ def test_a_changed_space_is_refused_before_anything_starts(tmp_path) -> None:
     import pytest
 
     from rayspec import ConfigError
-    from rayspec.search._study import check_resumable
+    from rayspec.search._resume import check_resumable
 
     cfg = _cfg(tmp_path)
     open_study(cfg, SearchSpace.from_config(cfg.search))

@@ -272,7 +272,7 @@ def test_a_killed_cli_driver_resumes_with_trials_on_two_nodes(nodes: _Nodes, tmp
         if first.poll() is None:
             first.kill()
         kill_leftovers(*ours)
-    cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
+    cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}", *FAST])  # as measured
     rows = _rows(cfg)
     handle = open_study(cfg, SearchSpace.from_config(cfg.search))
     interrupted = [r for r in rows if r["failure"] == "interrupted"]

@@ -195,3 +195,64 @@ def test_a_trial_that_ends_before_the_baseline_is_still_checked_and_guards_the_p
     assert floor.result.metrics.get("gate_compared", 0) > 0
     report = build_report(records, {r.trial: r.role for r in records if r.role})
     assert report.best is not None and report.best.trials != (0,)  # the baseline is beaten
+
+
+def test_a_trial_awaiting_the_baseline_when_the_driver_stops_is_kept_and_checked_on_resume(
+    tmp_path,
+) -> None:
+    """Two slots: the floor ends first and waits for the baseline's outputs; the driver is
+    interrupted while the baseline runs. The floor's measurement was lost and it was measured
+    again on resume (a restart spent twice); now its row is kept, and the resume records it
+    once, checked against the baseline's retry."""
+    import threading
+
+    from rayspec.results import GATE_UNCHECKED
+    from rayspec.results import candidate_reader
+    from rayspec.search import SearchSpace
+    from rayspec.search import open_study
+    from rayspec.store import ParquetTrialStore
+    from rayspec.testing import SimulatedTrials
+
+    cfg = load_config(TWIN_EXPERIMENT, [
+        f"output.dir={tmp_path}", "study.max_restarts=4", "bench.repeats=2",
+        "bench.max_tokens=60",
+    ])  # fmt: skip
+    sim = SimulatedTrials()
+    floor_done, third, stop = threading.Event(), threading.Event(), threading.Event()
+
+    def stopped_while_the_baseline_runs(
+        cfg: Any, number: int, candidate: Candidate, **kw: Any
+    ) -> TrialResult:
+        if number == 0:  # the baseline: the driver stops once the floor awaits it
+            assert third.wait(timeout=60)  # the floor was recorded as awaiting: its slot refilled
+            stop.set()
+            raise KeyboardInterrupt("the user pressed Ctrl-C")
+        if number >= 2:
+            third.set()
+            assert stop.wait(timeout=60)
+        result = sim(cfg, number, candidate, **kw)
+        if number == 1:
+            floor_done.set()
+        return result
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(cfg, trial_fn=stopped_while_the_baseline_runs, slots=2,
+                  printer=lambda _line: None)  # fmt: skip
+    assert floor_done.is_set()
+    again = SimulatedTrials()
+    lines: list[str] = []
+    run_study(cfg, trial_fn=again, slots=1, printer=lines.append)
+    assert 1 not in again.launches, again.launches  # not measured again
+    space = SearchSpace.from_config(cfg.search)
+    records = ParquetTrialStore(cfg.out_dir).load_records(candidate_reader(space))
+    floors = [r for r in records if r.role == "enqueued[0]"]
+    assert [r.trial for r in floors] == [1], [(r.trial, r.result.failure) for r in floors]
+    floor = floors[0]
+    assert floor.result.state.value == "COMPLETE" and floor.run_values
+    assert GATE_UNCHECKED not in floor.result.metrics
+    assert floor.result.metrics.get("gate_compared", 0) > 0  # checked against the retry
+    handle = open_study(cfg, space)
+    assert not handle.running() and 1 not in handle.interrupted()
+    assert any("waits for the baseline's outputs" in line for line in lines), lines[:5]
+    # One restart for the floor's one launch: the budget counted it once.
+    assert sum(1 for r in records if r.launched) == 4

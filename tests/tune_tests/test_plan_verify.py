@@ -111,3 +111,20 @@ def test_a_verification_interrupted_by_a_killed_driver_runs_again_on_resume(tmp_
     assert plans[0]["params"] == plans[1]["params"]
     assert any("the plan's verification) was interrupted" in line for line in lines)
     assert len(_rows(cfg)) == plans[1]["trial"] + 1  # nothing else ran after the search
+
+
+def test_a_plan_budget_that_leaves_the_search_nothing_is_refused_in_one_line(tmp_path) -> None:
+    """``study.verify_plan=5`` with a budget of 3 ran no trial at all ("restart budget spent (3
+    server launches, 5 kept for the plan's verification)"): refused before anything starts."""
+    import pytest
+
+    from rayspec._exceptions import ConfigError
+    from rayspec.tune._preflight import preflight
+
+    cfg = _cfg(tmp_path, "study.verify_plan=5", "study.max_restarts=3")
+    with pytest.raises(ConfigError) as exc:
+        preflight(cfg, launching=False)
+    assert str(exc.value).startswith("study.verify_plan: 5 server starts kept for the plan's")
+    assert "raise study.max_restarts to 7 or more" in str(exc.value)
+    assert "\n" not in str(exc.value)
+    preflight(_cfg(tmp_path, "study.verify_plan=5", "study.max_restarts=7"), launching=False)
