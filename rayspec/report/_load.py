@@ -63,6 +63,8 @@ class StudyData:
         launch: the best configuration's launch script ("" without a pick).
         launch_source: where ``launch`` came from.
         concurrency: scenario -> concurrency (from the request rows).
+        categories: the per-category rows of the pick's and the baseline's trials
+            (``ParquetTrialStore.category_rows``; empty for a set of one category).
         start_noise, margin: the pick's settings (``study.start_noise``, ``study.pick_margin``).
     """
 
@@ -78,6 +80,7 @@ class StudyData:
     launch: str = ""
     launch_source: str = ""
     concurrency: dict[str, int] = field(default_factory=dict)
+    categories: list[dict[str, Any]] = field(default_factory=list)
     start_noise: float = _DEFAULT_START_NOISE
     margin: float = 0.0
     equivalent: Equivalence | None = None
@@ -181,6 +184,9 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
     report = build_report(
         records, roles, start_noise=start_noise, margin=margin, equivalent=equivalent
     )
+    # Only the trials the category table compares: a set of many categories has many rows.
+    shown = [t for row in (report.best, report.baseline) if row is not None for t in row.trials]
+    categories = store.category_rows(set(shown)) if shown else []
     launch, source = "", ""
     if report.best is not None and cfg is not None:
         tied = tie_note(report, margin)
@@ -192,7 +198,8 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
         path=path, name=study.name if study is not None else name, rows=rows,
         records=records, roles=roles,
         report=report, attrs=attrs, study=study, study_note=note, launch=launch,
-        launch_source=source, concurrency=store.scenario_concurrency(), start_noise=start_noise,
+        launch_source=source, concurrency=store.scenario_concurrency(), categories=categories,
+        start_noise=start_noise,
         margin=margin, equivalent=equivalent,
     )  # fmt: skip
 

@@ -358,6 +358,8 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
         f"- trials: `{folder.trials}/` (Parquet, one file per trial, one schema)",
         f"- requests: `{folder.requests}/`",
     ]
+    if data.categories:
+        lines.append(f"- per prompt category: `{folder.categories}/` (one row per category)")
     if data.study is not None:
         lines.append(f"- Optuna study `{data.name}`: `{folder.journal}`")
     elif data.study_note:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rayspec.store._base import BaseTrialStore
+from rayspec.store._categories import CATEGORY_SCHEMA
 from rayspec.store._folder import StudyFolder
 from rayspec.store._parquet import REQUEST_SCHEMA
 from rayspec.store._parquet import TRIAL_METRICS
@@ -14,6 +15,7 @@ from rayspec.store._parquet import trial_schema
 
 __all__ = [
     "BaseTrialStore",
+    "CATEGORY_SCHEMA",
     "ParquetTrialStore",
     "REQUEST_SCHEMA",
     "StudyFolder",

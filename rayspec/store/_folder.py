@@ -39,6 +39,11 @@ class StudyFolder:
         return os.path.join(self.root, "requests")
 
     @property
+    def categories(self) -> str:
+        """Each trial's figures per prompt category: one row per category it reached."""
+        return os.path.join(self.root, "categories")
+
+    @property
     def logs(self) -> str:
         """Each trial's server log (``trial-NNNNNN.log``)."""
         return os.path.join(self.root, "logs")
@@ -49,12 +54,16 @@ class StudyFolder:
     def request_file(self, number: int) -> str:
         return os.path.join(self.requests, self.trial_name(number))
 
+    def category_file(self, number: int) -> str:
+        return os.path.join(self.categories, self.trial_name(number))
+
     def log_file(self, number: int) -> str:
         return os.path.join(self.logs, f"trial-{number:06d}.log")
 
     @staticmethod
     def trial_name(number: int) -> str:
-        """The file name a trial's rows are kept under, in ``trials/`` and ``requests/``."""
+        """The file name a trial's rows are kept under, in ``trials/``, ``requests/`` and
+        ``categories/``."""
         return f"trial-{number:06d}.parquet"
 
     @staticmethod
