@@ -20,6 +20,7 @@ LAYERS = (
     "_version",
     "_plural",
     "_text",
+    "_atomic",  # a study's files written atomically, never through a link: stdlib only
     "_exceptions",
     "_types",
     "_rayerrors",  # Ray's errors as rayspec's: imports ray and _exceptions only

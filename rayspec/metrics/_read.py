@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from rayspec._atomic import write_atomic
 from rayspec._exceptions import RayspecError
 
 __all__ = ["EXPORTER_FILE", "MetricsUnavailable", "read_study_metrics", "write_exporter_file"]
@@ -40,14 +41,9 @@ class Exporter:
 
 def write_exporter_file(out_dir: str, study: str, address: str, session: str) -> str:
     """Record where this study's metrics are exported; returns the file's path."""
-    os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, EXPORTER_FILE)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"study": study, "exporter": address, "session": session}, fh)
-        fh.write("\n")
-    os.replace(tmp, path)
-    return path
+    doc = {"study": study, "exporter": address, "session": session}
+    return write_atomic(path, json.dumps(doc) + "\n")
 
 
 def _load(folder: str) -> Exporter:

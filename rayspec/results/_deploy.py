@@ -170,11 +170,9 @@ def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | 
     folder = StudyFolder(cfg.out_dir)
     os.makedirs(folder.root, exist_ok=True)
     write_text(folder.best_yaml, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
-    write_text(folder.best_sh, deploy_script(cfg, best, base, tied=tied))
-    os.chmod(folder.best_sh, 0o755)
+    write_text(folder.best_sh, deploy_script(cfg, best, base, tied=tied), mode=0o755)
     if cfg.server.engine is Engine.twin:
-        write_text(folder.best_twin_sh, twin_script(cfg, best))
-        os.chmod(folder.best_twin_sh, 0o755)
+        write_text(folder.best_twin_sh, twin_script(cfg, best), mode=0o755)
     elif os.path.exists(folder.best_twin_sh):
         os.remove(folder.best_twin_sh)  # a real study's folder holds no twin line
     return folder.best_yaml, folder.best_sh

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rayspec.store._base import BaseTrialStore
 from rayspec.store._categories import CATEGORY_SCHEMA
+from rayspec.store._checks import check_folder
+from rayspec.store._checks import folder_problems
 from rayspec.store._folder import StudyFolder
 from rayspec.store._parquet import REQUEST_SCHEMA
 from rayspec.store._parquet import TRIAL_METRICS
@@ -21,6 +23,8 @@ __all__ = [
     "StudyFolder",
     "TRIAL_METRICS",
     "TRIAL_SCHEMA",
+    "check_folder",
+    "folder_problems",
     "record_of_row",
     "request_record",
     "trial_schema",

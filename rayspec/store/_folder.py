@@ -132,3 +132,15 @@ class StudyFolder:
     @property
     def plots(self) -> str:
         return os.path.join(self.root, "plots")
+
+    # Every name above, for checks that must cover them all (a new one is listed by itself).
+    def folders(self) -> tuple[str, ...]:
+        """The study's own subfolders (the study writes files into them)."""
+        return (self.trials, self.requests, self.categories, self.logs, self.plots)
+
+    def files(self) -> tuple[str, ...]:
+        """The files the study writes at the top of its folder (every path property that is
+        not one of :meth:`folders`)."""
+        props = [n for n, v in vars(StudyFolder).items() if isinstance(v, property)]
+        paths = [getattr(self, n) for n in props]
+        return tuple(p for p in paths if p not in self.folders())

@@ -28,6 +28,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from rayspec._atomic import write_atomic
 from rayspec._exceptions import StoreError
 from rayspec._types import DEFAULT_CATEGORY
 from rayspec._types import Candidate
@@ -189,35 +190,26 @@ REQUEST_SCHEMA = pa.schema(
 
 
 def _write_atomic(folder: str, name: str, table: pa.Table) -> str:
-    os.makedirs(folder, exist_ok=True)
+    """Write ``table`` as ``folder/name`` (a subfolder of the study: never through a link)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
     final = os.path.join(folder, name)
-    tmp = os.path.join(folder, f".{name}.tmp")  # '.'-prefixed: invisible to readers
-    with open(tmp, "wb") as fh:
-        pq.write_table(table, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
-    dirfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dirfd)
-    finally:
-        os.close(dirfd)
-    return final
+    return write_atomic(final, sink.getvalue().to_pybytes(), root=os.path.dirname(folder))
 
 
 def _read_folder(
     folder: str, schema: pa.Schema, leave_out: Callable[[str], bool] | None = None
 ) -> pa.Table:
-    """Every file's rows under one schema (``leave_out``: columns not read)."""
-    if not os.path.isdir(folder) or not any(
-        f.endswith(".parquet") and not f.startswith((".", "_")) for f in os.listdir(folder)
-    ):
+    """Every trial file's rows under one schema (``leave_out``: columns not read).
+
+    Only the ``trial-NNNNNN.parquet`` names are read: anything else in the folder (a stray
+    ``notes.txt``, a leftover ``trial-000001.parquet.tmp``) is not a row of the study."""
+    paths = [os.path.join(os.path.abspath(folder), StudyFolder.trial_name(n)) for n in
+             sorted(_numbers(folder))]  # fmt: skip
+    if not paths:
         return schema.empty_table()
     factory = ds.FileSystemDatasetFactory(
-        pafs.LocalFileSystem(),
-        pafs.FileSelector(os.path.abspath(folder)),
-        ds.ParquetFileFormat(),
-        ds.FileSystemFactoryOptions(selector_ignore_prefixes=[".", "_"]),
+        pafs.LocalFileSystem(), paths, ds.ParquetFileFormat(), ds.FileSystemFactoryOptions()
     )
     unified = factory.inspect(promote_options="permissive")  # looks at every file
     columns = [n for n in unified.names if leave_out is None or not leave_out(n)]
@@ -568,7 +560,10 @@ class ParquetTrialStore(BaseTrialStore):
         if not os.path.isdir(self.requests_dir):
             return {}
         try:
-            table = ds.dataset(self.requests_dir, format="parquet").to_table(
+            files = [self.folder.request_file(n) for n in sorted(_numbers(self.requests_dir))]
+            if not files:
+                return {}
+            table = ds.dataset(files, format="parquet").to_table(
                 columns=["scenario", "concurrency"]
             )
         except (OSError, pa.ArrowException):

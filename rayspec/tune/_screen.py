@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from rayspec._atomic import write_atomic
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
@@ -170,11 +171,7 @@ def run_screen(
     finally:
         if owned:
             screen.close()
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(report.to_json(fingerprint))
-    os.replace(tmp, path)
+    write_atomic(path, report.to_json(fingerprint))  # never through a link in the folder
     printer(_summary(report, time.monotonic() - t0, sizes))
     return report
 
