@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 from omegaconf.errors import OmegaConfBaseException
 
 from rayspec._exceptions import ConfigError
@@ -266,6 +267,9 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
                 f"{missing[0]}=...)"
             )
         cfg = OmegaConf.to_object(merged)
+    except InterpolationResolutionError as exc:
+        # Resolved once all layers are merged: the key, not a file, is what names it.
+        raise ConfigError(_describe_interpolation_error(exc)) from None
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{source}: {_describe_omegaconf_error(exc)}") from exc
     except yaml.YAMLError as exc:  # a malformed override value
@@ -283,6 +287,23 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
     normalise(cfg)
     validate(cfg)
     return cfg
+
+
+_ENV_MISSING = re.compile(r"Environment variable '([^']*)' not found")
+
+
+def _describe_interpolation_error(exc: InterpolationResolutionError) -> str:
+    """A ``${...}`` that could not be resolved: its key, and for ``${oc.env:X}`` the variable."""
+    key = getattr(exc, "full_key", None) or "a value"
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    missing = _ENV_MISSING.search(first)
+    if missing:
+        var = missing.group(1)
+        return (
+            f"{key}: ${{oc.env:{var}}}: the environment variable {var} is not set (export it "
+            f"before running, or give a default: ${{oc.env:{var},default}})"
+        )
+    return f"{key}: cannot resolve its ${{...}} interpolation: {first}"
 
 
 def _describe_omegaconf_error(exc: OmegaConfBaseException) -> str:

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from rayspec._exceptions import StoreError
+from rayspec._secrets import is_secret
+from rayspec._secrets import secret_lines
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec.results import StudyReport
@@ -227,6 +229,10 @@ def _launch_from_folder(
     env = json.loads(row["env"]) if row.get("env") else {}
     unset = json.loads(row["unset_env"]) if row.get("unset_env") else []
     lines = [f"unset {' '.join(unset)}"] if unset else []
-    lines += [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(env.items())]
+    secrets = sorted(k for k in env if is_secret(k))  # stored redacted: read at run time
+    lines += secret_lines(secrets, "this script")
+    lines += [
+        f"export {k}={shlex.quote(str(v))}" for k, v in sorted(env.items()) if k not in secrets
+    ]
     lines.append(" ".join(shlex.quote(a) for a in json.loads(row["command"])))
     return "\n".join(lines) + "\n", f"the measured launch of trial {row['trial']}"

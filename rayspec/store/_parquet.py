@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from rayspec._atomic import write_atomic
 from rayspec._exceptions import StoreError
+from rayspec._secrets import redact_env
 from rayspec._types import DEFAULT_CATEGORY
 from rayspec._types import Candidate
 from rayspec._types import LaunchSpec
@@ -71,7 +72,7 @@ TRIAL_SCHEMA = pa.schema(
         ("candidate", pa.string()),
         ("candidate_key", pa.string()),
         ("params", pa.string()),  # JSON of the Optuna parameters
-        ("env", pa.string()),  # JSON of the variables set for the server
+        ("env", pa.string()),  # JSON of the variables set for the server (secrets redacted)
         ("unset_env", pa.string()),  # JSON list of the variables removed
         ("command", pa.string()),  # JSON argv
         ("engine", pa.string()),
@@ -311,7 +312,8 @@ def trial_row(record: TrialRecord | TrialResult, scenarios: Sequence[str] = ()) 
         "candidate": result.candidate.label(),
         "candidate_key": record.candidate_key or None,
         "params": json.dumps(dict(record.params), sort_keys=True) if record.params else None,
-        "env": json.dumps(dict(launch.env)) if launch else json.dumps(result.candidate.env),
+        # a secret's value is never written (rayspec._secrets): the row says it was set
+        "env": json.dumps(redact_env(dict(launch.env) if launch else dict(result.candidate.env))),
         "unset_env": json.dumps(list(launch.unset_env)) if launch else None,
         "command": json.dumps(list(launch.argv)) if launch else None,
         "engine": launch.engine if launch else None,

@@ -20,6 +20,7 @@ from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import LaunchError
 from rayspec._plural import plural
+from rayspec._secrets import redact_env
 from rayspec._types import Candidate
 from rayspec.screen import BaseNcclScreen
 from rayspec.screen import RayNcclScreen
@@ -103,7 +104,7 @@ def _fingerprint(cfg: ExperimentConfig, space: SearchSpace, sizes: list[int]) ->
     return json.dumps(
         {
             "nccl": [[k, list(v)] for k, v in space.nccl],
-            "env": sorted(server_env(cfg, Candidate())[0].items()),
+            "env": sorted(redact_env(server_env(cfg, Candidate())[0]).items()),
             "sizes": sizes,
             "engine": cfg.server.engine.value,
             "profile": cfg.server.twin.profile if cfg.server.engine is Engine.twin else "",
