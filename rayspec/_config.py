@@ -53,6 +53,8 @@ from rayspec._validate import cluster_endpoint
 from rayspec._validate import normalise
 from rayspec._validate import short
 from rayspec._validate import validate
+from rayspec._yaml import YAML_MAX_NODES
+from rayspec._yaml import expanded_nodes
 
 __all__ = [
     "ADAPTIVE_SUFFIX",
@@ -80,10 +82,6 @@ __all__ = [
     "validate",
 ]
 
-# An alias repeats a node without copying it, OmegaConf then copies every repeat: a file of
-# nested aliases (a "billion laughs") would expand past memory. Refused above this many nodes.
-YAML_MAX_NODES = 100_000
-
 
 class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]
     """PyYAML's safe loader that refuses a key given twice in one mapping (YAML forbids it;
@@ -108,42 +106,6 @@ class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]
         return mapping
 
 
-def _expanded_nodes(root: yaml.Node) -> int:
-    """How many nodes ``root`` holds once every alias is expanded (counted, not built).
-
-    Raises:
-        ValueError: an alias refers to a node that contains it (a recursive document).
-    """
-    sizes: dict[int, int] = {}
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:  # iterative: a deeply nested document must not hit the recursion limit
-        node, children_done = stack.pop()
-        key = id(node)
-        if isinstance(node, yaml.ScalarNode):
-            sizes[key] = 1
-            continue
-        children: list[yaml.Node] = (
-            [n for pair in node.value for n in pair]
-            if isinstance(node, yaml.MappingNode)
-            else list(node.value)
-        )
-        if children_done:
-            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
-            continue
-        if key in sizes:
-            if sizes[key] < 0:
-                raise ValueError("an alias refers to a node that contains it")
-            continue
-        sizes[key] = -1  # in progress
-        stack.append((node, True))
-        for child in children:
-            if sizes.get(id(child), 0) < 0:
-                raise ValueError("an alias refers to a node that contains it")
-            if id(child) not in sizes:
-                stack.append((child, False))
-    return sizes[id(root)]
-
-
 def _load_yaml_text(text: str, where: str) -> Any:
     """``text`` as Python data, refusing duplicate keys and alias bombs (ConfigError)."""
     bad = unsafe_char(text.replace("\n", "").replace("\r", "").replace("\t", ""))
@@ -156,7 +118,7 @@ def _load_yaml_text(text: str, where: str) -> Any:
         if node is None:
             return None
         try:
-            nodes = _expanded_nodes(node)
+            nodes = expanded_nodes(node)
         except ValueError as exc:
             raise ConfigError(f"{where}: invalid YAML: {exc}") from None
         if nodes > YAML_MAX_NODES:

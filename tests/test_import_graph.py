@@ -20,6 +20,7 @@ LAYERS = (
     "_version",
     "_plural",
     "_text",
+    "_yaml",  # YAML documents bounded before they are built: imports yaml only
     "_secrets",  # which variables are secrets, and how a script reads them: stdlib only
     "_atomic",  # a study's files written atomically, never through a link: stdlib only
     "_exceptions",
