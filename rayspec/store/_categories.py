@@ -1,15 +1,15 @@
 """Per-category figures as a long table: one row per (trial, prompt category).
 
 A prompt set may have tens of thousands of categories. Stored as columns of the trial row (as
-rayspec did up to 0.6: ``category__<cat>__<metric>``) every trial file carried three columns per
+rayspec did before: ``category__<cat>__<metric>``) every trial file carried three columns per
 category of the whole set, and 20,000 categories made a 16 MB row of 60,003 columns that took
 the driver to 19.7 GB. So a trial's figures per category are rows of their own file,
 ``categories/trial-NNNNNN.parquet`` (:data:`CATEGORY_SCHEMA`), holding only the categories the
 trial's requests reached; the trial row holds none.
 
 A trial file written with per-category columns still reads: :func:`wide_rows` turns its
-``category__*`` columns into the same long rows, one file at a time, and the trial reader leaves
-those columns out of the trial rows.
+``category__*`` columns into the same long rows, one file and a few thousand columns at a time,
+and the trial reader leaves those columns out of the trial rows.
 """
 
 from __future__ import annotations
@@ -109,25 +109,31 @@ def read_categories(folder: str, trials: Collection[int] | None = None) -> list[
     return rows
 
 
-def wide_rows(path: str) -> list[dict[str, Any]]:
+def wide_rows(path: str, batch: int = 3000) -> list[dict[str, Any]]:
     """The long rows of a trial file written with per-category columns (none without them).
 
-    Reads that file's category columns only, so a folder of old wide files is read one file's
-    columns at a time."""
-    schema = pq.read_schema(path)
-    wanted = [name for name in schema.names if is_category_column(name)]
-    if not wanted or "trial" not in schema.names:
-        return []
-    table = pq.read_table(path, columns=["trial", *wanted])
+    Reads the footer once and the category columns ``batch`` at a time, so a file of 60,003
+    columns is read in bounded memory."""
+    with pq.ParquetFile(path) as pf:
+        names = pf.schema_arrow.names
+        wanted = [name for name in names if is_category_column(name)]
+        if not wanted or "trial" not in names:
+            return []
+        trials = [int(t) for t in pf.read(columns=["trial"]).column("trial").to_pylist()]
+        by_cat: list[dict[str, dict[str, Any]]] = [{} for _ in trials]
+        for start in range(0, len(wanted), batch):
+            part = pf.read(columns=wanted[start : start + batch])
+            for key in part.column_names:
+                parsed = _parse(key)
+                if parsed is None:
+                    continue
+                for i, value in enumerate(part.column(key).to_pylist()):
+                    if value is not None:
+                        by_cat[i].setdefault(parsed[0], {})[parsed[1]] = value
     out: list[dict[str, Any]] = []
-    for row in table.to_pylist():
-        by_cat: dict[str, dict[str, Any]] = {}
-        for key in wanted:
-            parsed = _parse(key)
-            if parsed is not None and row[key] is not None:
-                by_cat.setdefault(parsed[0], {})[parsed[1]] = row[key]
-        for cat in sorted(by_cat):
-            entry: dict[str, Any] = {"trial": int(row["trial"]), "category": cat}
-            entry.update({m: by_cat[cat].get(m) for m in CATEGORY_METRICS})
+    for trial, cats in zip(trials, by_cat, strict=True):
+        for cat in sorted(cats):
+            entry: dict[str, Any] = {"trial": trial, "category": cat}
+            entry.update({m: cats[cat].get(m) for m in CATEGORY_METRICS})
             out.append(entry)
     return out
