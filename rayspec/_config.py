@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 from omegaconf.errors import OmegaConfBaseException
 
 from rayspec._exceptions import ConfigError
@@ -52,6 +53,8 @@ from rayspec._validate import cluster_endpoint
 from rayspec._validate import normalise
 from rayspec._validate import short
 from rayspec._validate import validate
+from rayspec._yaml import YAML_MAX_NODES
+from rayspec._yaml import expanded_nodes
 
 __all__ = [
     "ADAPTIVE_SUFFIX",
@@ -79,10 +82,6 @@ __all__ = [
     "validate",
 ]
 
-# An alias repeats a node without copying it, OmegaConf then copies every repeat: a file of
-# nested aliases (a "billion laughs") would expand past memory. Refused above this many nodes.
-YAML_MAX_NODES = 100_000
-
 
 class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]
     """PyYAML's safe loader that refuses a key given twice in one mapping (YAML forbids it;
@@ -107,42 +106,6 @@ class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]
         return mapping
 
 
-def _expanded_nodes(root: yaml.Node) -> int:
-    """How many nodes ``root`` holds once every alias is expanded (counted, not built).
-
-    Raises:
-        ValueError: an alias refers to a node that contains it (a recursive document).
-    """
-    sizes: dict[int, int] = {}
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:  # iterative: a deeply nested document must not hit the recursion limit
-        node, children_done = stack.pop()
-        key = id(node)
-        if isinstance(node, yaml.ScalarNode):
-            sizes[key] = 1
-            continue
-        children: list[yaml.Node] = (
-            [n for pair in node.value for n in pair]
-            if isinstance(node, yaml.MappingNode)
-            else list(node.value)
-        )
-        if children_done:
-            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
-            continue
-        if key in sizes:
-            if sizes[key] < 0:
-                raise ValueError("an alias refers to a node that contains it")
-            continue
-        sizes[key] = -1  # in progress
-        stack.append((node, True))
-        for child in children:
-            if sizes.get(id(child), 0) < 0:
-                raise ValueError("an alias refers to a node that contains it")
-            if id(child) not in sizes:
-                stack.append((child, False))
-    return sizes[id(root)]
-
-
 def _load_yaml_text(text: str, where: str) -> Any:
     """``text`` as Python data, refusing duplicate keys and alias bombs (ConfigError)."""
     bad = unsafe_char(text.replace("\n", "").replace("\r", "").replace("\t", ""))
@@ -155,7 +118,7 @@ def _load_yaml_text(text: str, where: str) -> Any:
         if node is None:
             return None
         try:
-            nodes = _expanded_nodes(node)
+            nodes = expanded_nodes(node)
         except ValueError as exc:
             raise ConfigError(f"{where}: invalid YAML: {exc}") from None
         if nodes > YAML_MAX_NODES:
@@ -266,6 +229,9 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
                 f"{missing[0]}=...)"
             )
         cfg = OmegaConf.to_object(merged)
+    except InterpolationResolutionError as exc:
+        # Resolved once all layers are merged: the key, not a file, is what names it.
+        raise ConfigError(_describe_interpolation_error(exc)) from None
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{source}: {_describe_omegaconf_error(exc)}") from exc
     except yaml.YAMLError as exc:  # a malformed override value
@@ -283,6 +249,23 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
     normalise(cfg)
     validate(cfg)
     return cfg
+
+
+_ENV_MISSING = re.compile(r"Environment variable '([^']*)' not found")
+
+
+def _describe_interpolation_error(exc: InterpolationResolutionError) -> str:
+    """A ``${...}`` that could not be resolved: its key, and for ``${oc.env:X}`` the variable."""
+    key = getattr(exc, "full_key", None) or "a value"
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    missing = _ENV_MISSING.search(first)
+    if missing:
+        var = missing.group(1)
+        return (
+            f"{key}: ${{oc.env:{var}}}: the environment variable {var} is not set (export it "
+            f"before running, or give a default: ${{oc.env:{var},default}})"
+        )
+    return f"{key}: cannot resolve its ${{...}} interpolation: {first}"
 
 
 def _describe_omegaconf_error(exc: OmegaConfBaseException) -> str:

@@ -20,6 +20,9 @@ LAYERS = (
     "_version",
     "_plural",
     "_text",
+    "_yaml",  # YAML documents bounded before they are built: imports yaml only
+    "_secrets",  # which variables are secrets, and how a script reads them: stdlib only
+    "_atomic",  # a study's files written atomically, never through a link: stdlib only
     "_exceptions",
     "_types",
     "_drafttree",  # EAGLE-3's draft-tree arithmetic, shared by twin and search

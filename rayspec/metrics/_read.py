@@ -9,13 +9,18 @@ with the study's name and session.
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
 import os
-import urllib.error
-import urllib.request
+import re
+import socket
+import time
 from dataclasses import dataclass
 
+from rayspec._atomic import write_atomic
 from rayspec._exceptions import RayspecError
+from rayspec._text import one_line
 
 __all__ = ["EXPORTER_FILE", "MetricsUnavailable", "read_study_metrics", "write_exporter_file"]
 
@@ -40,21 +45,21 @@ class Exporter:
 
 def write_exporter_file(out_dir: str, study: str, address: str, session: str) -> str:
     """Record where this study's metrics are exported; returns the file's path."""
-    os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, EXPORTER_FILE)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"study": study, "exporter": address, "session": session}, fh)
-        fh.write("\n")
-    os.replace(tmp, path)
-    return path
+    doc = {"study": study, "exporter": address, "session": session}
+    return write_atomic(path, json.dumps(doc) + "\n")
+
+
+_MAX_FILE_BYTES = 64 << 10  # ray_metrics.json is one short line
 
 
 def _load(folder: str) -> Exporter:
     path = os.path.join(folder, EXPORTER_FILE)
+    if os.path.islink(path):  # the study writes a file of its own, never a link
+        raise MetricsUnavailable(f"{path}: a symbolic link, not a file a study wrote")
     try:
         with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+            doc = json.loads(fh.read(_MAX_FILE_BYTES + 1)[:_MAX_FILE_BYTES])
         return Exporter(str(doc["study"]), str(doc["exporter"]), str(doc["session"]))
     except FileNotFoundError:
         what = "a study folder" if os.path.isdir(folder) else "a folder"
@@ -77,26 +82,115 @@ def _format(name: str, labels: dict[str, str], value: float) -> str:
     return f"{name}{{{shown}}} {value:g}"
 
 
+MAX_ANSWER_BYTES = 32 << 20
+"""The most ``/metrics`` text read (a node's exporter serves well under a megabyte)."""
+
+_ADDRESS = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(?P<port>[0-9]{1,5})$")
+
+
+def _own_host(host: str) -> bool:
+    """Whether ``host`` is loopback or an address of this machine (the driver's own node)."""
+    bare = host.strip("[]")
+    try:
+        ip = ipaddress.ip_address(bare)
+    except ValueError:
+        return bare == "localhost"
+    if ip.is_loopback:
+        return True
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((bare, 0))  # only an address of one of this machine's interfaces binds
+        except OSError:
+            return False
+    return True
+
+
+def _check_address(where: Exporter, path: str) -> tuple[str, int]:
+    """The exporter's host and port, when it is one the study can have written: ``host:port``
+    of this machine (the driver's node), nothing else (no URL, no other host)."""
+    m = _ADDRESS.match(where.address)
+    port = int(m.group("port")) if m else 0
+    if m is None or not 0 < port < 65536:
+        raise MetricsUnavailable(
+            f"{path}: exporter {where.address[:80]!r} is not a host:port (not written by a study)"
+        )
+    if not _own_host(m.group("host")):
+        raise MetricsUnavailable(
+            f"{path}: exporter {where.address} is not on this machine: a study records its "
+            "own node's exporter, so this file was not written by one (not read)"
+        )
+    return m.group("host").strip("[]"), port
+
+
+def _fetch(host: str, port: int, deadline: float) -> tuple[int, bytes]:
+    """(status, body) of ``GET /metrics``, every step bounded by ``deadline`` (a slow
+    exporter is cut off, not waited on read by read) and the body by
+    :data:`MAX_ANSWER_BYTES`."""
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the time budget is spent")
+        return remaining
+
+    conn = http.client.HTTPConnection(host, port, timeout=left())
+    try:
+        conn.connect()
+        sock = conn.sock  # kept: the connection lets go of it once the answer will close
+        conn.request("GET", "/metrics", headers={"Accept": "text/plain"})
+        resp = conn.getresponse()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            sock.settimeout(left())  # what is left of the whole budget, not per read
+            chunk = resp.read1(65536)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise ValueError(f"the answer is larger than {MAX_ANSWER_BYTES >> 20} MiB")
+            chunks.append(chunk)
+        return resp.status, b"".join(chunks)
+    finally:
+        conn.close()
+
+
 def read_study_metrics(folder: str, timeout_s: float = 3.0) -> list[str]:
     """The study's ``ray_rayspec_*`` samples, one Prometheus-style line each, sorted.
 
+    Only an exporter on this machine is asked (the one a study records is its driver's own
+    node), in ``timeout_s`` in all, at most :data:`MAX_ANSWER_BYTES` of it.
+
     Raises:
-        MetricsUnavailable: no exporter recorded, it does not answer (the study is not
-            running), or it holds none of this study's samples yet.
+        MetricsUnavailable: no exporter recorded, one the study cannot have written, it does
+            not answer in time (the study is not running), or it holds none of this study's
+            samples yet.
     """
     from prometheus_client.parser import text_string_to_metric_families
 
     where = _load(folder)
+    host, port = _check_address(where, os.path.join(folder, EXPORTER_FILE))
     url = f"http://{where.address}/metrics"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - http only
-            text = resp.read().decode("utf-8", errors="replace")
-    except (OSError, urllib.error.URLError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
+        status, body = _fetch(host, port, time.monotonic() + timeout_s)
+    except TimeoutError:  # a read past the budget, or the budget spent between reads
+        raise MetricsUnavailable(
+            f"study {where.study}: its Ray exporter {where.address} gave no whole answer "
+            f"within {timeout_s:g} s: is the study running? Its results are in trials/ either way"
+        ) from None
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        reason = one_line(str(exc) or type(exc).__name__)[:200]
         raise MetricsUnavailable(
             f"study {where.study}: its Ray exporter {where.address} does not answer ({reason}): "
             "is the study running? Its results are in trials/ either way"
         ) from None
+    if status != 200:
+        raise MetricsUnavailable(
+            f"study {where.study}: its Ray exporter {where.address} answered HTTP {status}: "
+            "is the study running? Its results are in trials/ either way"
+        )
+    text = body.decode("utf-8", errors="replace")
     lines = []
     try:
         for family in text_string_to_metric_families(text):
@@ -107,8 +201,8 @@ def read_study_metrics(folder: str, timeout_s: float = 3.0) -> list[str]:
                     and s.labels.get("SessionName", where.session) == where.session
                 ):
                     lines.append(_format(s.name, dict(s.labels), float(s.value)))
-    except ValueError as exc:
-        raise MetricsUnavailable(f"{url}: not Prometheus text ({exc})") from None
+    except ValueError:  # the parser quotes the line: the answer is not echoed
+        raise MetricsUnavailable(f"{url}: not Prometheus text") from None
     if not lines:
         raise MetricsUnavailable(
             f"study {where.study}: no metrics at {where.address} yet (they appear about 10 s "

@@ -1,79 +1,89 @@
 """The report's per-category table: the pick against the baseline, prompt category by category.
 
-Read from the trial rows' ``category__<cat>__<metric>`` columns (stored when ``bench.prompts``
-has more than one category); a configuration's starts are pooled, each trial weighted by its
-requests of that category. A study without such columns (one category, or written before
-them) has no table.
+Read from the study's per-category rows (``categories/``, one row per trial and category the
+trial's objective scenario reached: :meth:`rayspec.store.ParquetTrialStore.category_rows`);
+a configuration's starts are pooled, each trial weighted by its requests of that category. A
+study without such rows (one category) has no table.
+
+A prompt set may hold tens of thousands of categories: the table shows the
+:data:`SHOWN_CATEGORIES` with the most requests of the pick, and one line sums up the rest. A
+category's name is the data's text: it is written escaped (one line, no table cell break, no
+HTML) and cut at :data:`NAME_CHARS` characters.
 """
 
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Iterable
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 
-from rayspec._types import category_key
+from rayspec._plural import plural
+from rayspec.report._escape import md_cell
 
 if TYPE_CHECKING:
     from rayspec.report._load import StudyData
 
-__all__ = ["category_lines", "category_rows"]
+__all__ = ["NAME_CHARS", "SHOWN_CATEGORIES", "category_lines", "category_rows"]
 
-_REQUESTS = re.compile(r"^category__(.+)__requests$")
+SHOWN_CATEGORIES = 20
+"""The categories the report's table shows (the pick's most requested first)."""
+
+NAME_CHARS = 80
+"""A category's name is cut to this many characters in the table."""
+
 _NAN = float("nan")
 
 
-def _categories(rows: Sequence[dict[str, Any]]) -> list[str]:
-    found = {
-        m.group(1)
-        for row in rows
-        for key, value in row.items()
-        if value is not None and (m := _REQUESTS.match(key))
-    }
-    return sorted(found)
-
-
-def _pooled(rows: list[dict[str, Any]], cat: str) -> tuple[float, float, float]:
-    """Requests, tok/s and accept length of ``cat`` over ``rows`` (request-weighted)."""
-    total = 0.0
-    sums = {"tok_s": [0.0, 0.0], "accept_length": [0.0, 0.0]}  # weighted sum, weight
+def _pooled(rows: Iterable[dict[str, Any]]) -> dict[str, tuple[float, float, float]]:
+    """category -> (requests, tok/s, accept length) over ``rows`` (request-weighted)."""
+    sums: dict[str, list[float]] = {}  # requests, tok*n, n(tok), acc*n, n(acc)
     for row in rows:
-        n = row.get(category_key(cat, "requests"))
-        if not isinstance(n, int | float) or n <= 0:
+        n = row.get("requests")
+        if not isinstance(n, int | float) or not math.isfinite(n) or n <= 0:
             continue
-        total += n
-        for metric, pair in sums.items():
-            value = row.get(category_key(cat, metric))
+        acc = sums.setdefault(str(row["category"]), [0.0, 0.0, 0.0, 0.0, 0.0])
+        acc[0] += n
+        for i, metric in ((1, "tok_s"), (3, "accept_length")):
+            value = row.get(metric)
             if isinstance(value, int | float) and math.isfinite(value):
-                pair[0] += n * value
-                pair[1] += n
-    tok, accept = (v[0] / v[1] if v[1] else _NAN for v in sums.values())
-    return total, tok, accept
+                acc[i] += n * value
+                acc[i + 1] += n
+    return {
+        cat: (a[0], a[1] / a[2] if a[2] else _NAN, a[3] / a[4] if a[4] else _NAN)
+        for cat, a in sums.items()
+    }
 
 
 def category_rows(data: StudyData) -> list[dict[str, Any]]:
     """One entry per category: the pick's and the baseline's requests, tok/s, accept length
-    and the tok/s ratio (empty without per-category columns or without a pick)."""
+    and the tok/s ratio, the pick's most requested first (empty for fewer than two categories
+    or without a pick)."""
     best, base = data.report.best, data.report.baseline
-    cats = _categories(data.rows)
-    if best is None or len(cats) < 2:
+    if best is None:
         return []
-    by_trial = {int(r["trial"]): r for r in data.rows}
 
-    def rows_of(trials: Sequence[int]) -> list[dict[str, Any]]:
-        return [by_trial[t] for t in trials if t in by_trial]
+    def of(trials: Sequence[int]) -> dict[str, tuple[float, float, float]]:
+        wanted = set(trials)
+        return _pooled(r for r in data.categories if int(r["trial"]) in wanted)
 
-    out = []
+    pick = of(best.trials)
+    baseline = of(base.trials if base is not None else ())
+    cats = set(pick) | set(baseline)
+    if len(cats) < 2:
+        return []
+    empty = (0.0, _NAN, _NAN)
+    out: list[dict[str, Any]] = []
     for cat in cats:
-        n, tok, acc = _pooled(rows_of(best.trials), cat)
-        bn, btok, bacc = _pooled(rows_of(base.trials if base is not None else ()), cat)
+        n, tok, acc = pick.get(cat, empty)
+        bn, btok, bacc = baseline.get(cat, empty)
         out.append({
             "category": cat, "requests": n, "tok_s": tok, "accept_length": acc,
             "baseline_requests": bn, "baseline_tok_s": btok, "baseline_accept_length": bacc,
             "ratio": tok / btok if btok > 0 else _NAN,
         })  # fmt: skip
+    out.sort(key=lambda e: (-e["requests"], -e["baseline_requests"], e["category"]))
     return out
 
 
@@ -86,6 +96,7 @@ def category_lines(data: StudyData) -> list[str]:
     entries = category_rows(data)
     if not entries:
         return []
+    shown, rest = entries[:SHOWN_CATEGORIES], entries[SHOWN_CATEGORIES:]
     lines = [
         "",
         "## By prompt category",
@@ -98,12 +109,21 @@ def category_lines(data: StudyData) -> list[str]:
         "| pick accept len | baseline accept len |",
         "|---|---|---|---|---|---|---|",
     ]
-    for e in entries:
+    for e in shown:
         ratio = f"{e['ratio']:.2f}x" if math.isfinite(e["ratio"]) else "—"
         lines.append(
-            f"| {e['category'].replace('|', '/')} | {e['requests']:.0f} / "
+            f"| {md_cell(e['category'], NAME_CHARS)} | {e['requests']:.0f} / "
             f"{e['baseline_requests']:.0f} | {_num(e['tok_s'], '.1f')} | "
             f"{_num(e['baseline_tok_s'], '.1f')} | {ratio} | "
             f"{_num(e['accept_length'], '.2f')} | {_num(e['baseline_accept_length'], '.2f')} |"
         )
+    if rest:
+        n = sum(e["requests"] for e in rest)
+        bn = sum(e["baseline_requests"] for e in rest)
+        lines += [
+            "",
+            f"… and {plural(len(rest), 'more category', 'more categories')} ({n:.0f} of the "
+            f"pick's requests, {bn:.0f} of the baseline's), not shown: every trial's figures "
+            "per category are in `categories/` (Parquet, one row per trial and category).",
+        ]
     return lines

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from rayspec._exceptions import StoreError
+from rayspec._secrets import is_secret
+from rayspec._secrets import secret_lines
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec.results import StudyReport
@@ -64,6 +66,8 @@ class StudyData:
         launch: the best configuration's launch script ("" without a pick).
         launch_source: where ``launch`` came from.
         concurrency: scenario -> concurrency (from the request rows).
+        categories: the per-category rows of the pick's and the baseline's trials
+            (``ParquetTrialStore.category_rows``; empty for a set of one category).
         start_noise, margin: the pick's settings (``study.start_noise``, ``study.pick_margin``).
     """
 
@@ -79,6 +83,7 @@ class StudyData:
     launch: str = ""
     launch_source: str = ""
     concurrency: dict[str, int] = field(default_factory=dict)
+    categories: list[dict[str, Any]] = field(default_factory=list)
     start_noise: float = _DEFAULT_START_NOISE
     margin: float = 0.0
     equivalent: Equivalence | None = None
@@ -186,6 +191,9 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
         records, roles, start_noise=start_noise, margin=margin, equivalent=equivalent,
         belief=belief,
     )  # fmt: skip
+    # Only the trials the category table compares: a set of many categories has many rows.
+    shown = [t for row in (report.best, report.baseline) if row is not None for t in row.trials]
+    categories = store.category_rows(set(shown)) if shown else []
     launch, source = "", ""
     if report.best is not None and cfg is not None:
         tied = tie_note(report, margin)
@@ -197,7 +205,8 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
         path=path, name=study.name if study is not None else name, rows=rows,
         records=records, roles=roles,
         report=report, attrs=attrs, study=study, study_note=note, launch=launch,
-        launch_source=source, concurrency=store.scenario_concurrency(), start_noise=start_noise,
+        launch_source=source, concurrency=store.scenario_concurrency(), categories=categories,
+        start_noise=start_noise,
         margin=margin, equivalent=equivalent,
     )  # fmt: skip
 
@@ -225,6 +234,10 @@ def _launch_from_folder(
     env = json.loads(row["env"]) if row.get("env") else {}
     unset = json.loads(row["unset_env"]) if row.get("unset_env") else []
     lines = [f"unset {' '.join(unset)}"] if unset else []
-    lines += [f"export {k}={shlex.quote(str(v))}" for k, v in sorted(env.items())]
+    secrets = sorted(k for k in env if is_secret(k))  # stored redacted: read at run time
+    lines += secret_lines(secrets, "this script")
+    lines += [
+        f"export {k}={shlex.quote(str(v))}" for k, v in sorted(env.items()) if k not in secrets
+    ]
     lines.append(" ".join(shlex.quote(a) for a in json.loads(row["command"])))
     return "\n".join(lines) + "\n", f"the measured launch of trial {row['trial']}"

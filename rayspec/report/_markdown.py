@@ -11,6 +11,7 @@ from typing import Any
 
 from rayspec._types import TrialState
 from rayspec.report._categories import category_lines
+from rayspec.report._escape import md_cell
 from rayspec.results import ABOVE_PEAK_WHY
 from rayspec.results import PLAN_PARAM
 from rayspec.results import PLAN_ROLE
@@ -34,13 +35,20 @@ if TYPE_CHECKING:
     from rayspec.report._plots import Plot
     from rayspec.results import Row
 
-__all__ = ["ABOVE_PEAK_MARK", "pareto_table", "render", "table_rows"]
+__all__ = [
+    "ABOVE_PEAK_MARK",
+    "failure_lines",
+    "pareto_table",
+    "render",
+    "table_rows",
+    "trial_span",
+]
 
 ABOVE_PEAK_MARK = "†"  # after an estimate above its row's own peak; the footnote says why
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return md_cell(text)
 
 
 def _flags(data: StudyData, row: Row) -> list[str]:
@@ -93,14 +101,53 @@ def table_rows(data: StudyData) -> list[dict[str, Any]]:
             "flags": _flags(data, row),
             "above_peak": above_peak(row),
         })  # fmt: skip
+    # Failed trials of one configuration, role and reason are one entry: a broken install
+    # fails every launch alike (201 identical rows before).
+    failed: dict[tuple[str, str, str], list[int]] = {}
     for trial, label, reason in report.failures:
+        failed.setdefault((label, data.roles.get(trial, ""), reason), []).append(trial)
+    for (label, role, reason), trials in failed.items():
         out.append({
-            "trials": (trial,), "config": label, "tok_s": math.nan, "ci95": math.nan,
+            "trials": tuple(trials), "config": label, "tok_s": math.nan, "ci95": math.nan,
             "peak": math.nan, "accept_length": math.nan, "starts": 0, "runs": 0,
             "vs_baseline": "—", "above_peak": False,
-            "flags": [r for r in (data.roles.get(trial, ""),) if r] + [f"failed: {reason}"],
+            "flags": [r for r in (role,) if r] + [f"failed: {reason}"],
         })  # fmt: skip
     return out
+
+
+def trial_span(trials: Sequence[int]) -> str:
+    """Trial numbers as runs of consecutive ones: ``3, 5-200``.
+
+    Example:
+        >>> trial_span([5, 3, 6, 7, 9])
+        '3, 5-7, 9'
+    """
+    spans: list[list[int]] = []
+    for t in sorted(set(trials)):
+        if spans and t == spans[-1][1] + 1:
+            spans[-1][1] = t
+        else:
+            spans.append([t, t])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def failure_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The Failures section's lines: failed trials with the same reason and message are one
+    line (their trials as spans, how many), the message escaped and cut."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        if r["state"] != "FAIL" or not r.get("failure_detail"):
+            continue
+        detail = (str(r["failure_detail"]).splitlines() or [""])[0]
+        groups.setdefault((str(r.get("failure") or "unknown"), detail), []).append(int(r["trial"]))
+    lines = []
+    for (reason, detail), trials in groups.items():
+        which = f"trial {trials[0]}" if len(trials) == 1 else (
+            f"trials {trial_span(trials)} ({len(trials)} alike)"
+        )  # fmt: skip
+        lines.append(f"- {which} ({reason}): {md_cell(detail, 300)}")
+    return lines
 
 
 def _num(value: float, fmt: str = ".1f") -> str:
@@ -115,7 +162,8 @@ def _table(data: StudyData) -> list[str]:
     ]
     entries = table_rows(data)
     for e in entries:
-        trials = ",".join(str(t) for t in e["trials"])
+        many = len(e["trials"]) > 3  # a group of failed trials: as spans
+        trials = trial_span(e["trials"]) if many else ",".join(str(t) for t in e["trials"])
         if math.isfinite(e["tok_s"]):
             tok = _num(e["tok_s"]) + (ABOVE_PEAK_MARK if e["above_peak"] else "")
             tok += f" ± {e['ci95']:.1f}" if math.isfinite(e["ci95"]) else ""
@@ -361,12 +409,9 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
             "front: no other point is at least as good on both and better on one."
         )
         lines += [""] + pareto
-    failures = [r for r in data.rows if r["state"] == "FAIL" and r.get("failure_detail")]
+    failures = failure_lines(data.rows)
     if failures:
-        lines += ["", "## Failures", ""]
-        for r in failures:
-            detail = str(r["failure_detail"]).splitlines()[0][:300]
-            lines.append(f"- trial {r['trial']} ({r.get('failure') or 'unknown'}): {detail}")
+        lines += ["", "## Failures", ""] + failures
     lines += category_lines(data)  # only for a prompt set of several categories
     lines += ["", "## Plots", ""]
     for plot in plots:
@@ -384,6 +429,8 @@ def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:
         f"- trials: `{folder.trials}/` (Parquet, one file per trial, one schema)",
         f"- requests: `{folder.requests}/`",
     ]
+    if data.categories:
+        lines.append(f"- per prompt category: `{folder.categories}/` (one row per category)")
     if data.study is not None:
         lines.append(f"- Optuna study `{data.name}`: `{folder.journal}`")
     elif data.study_note:

@@ -7,6 +7,7 @@ with ``skipped`` set to the reason instead, which the report prints in its place
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
 
+from rayspec._atomic import write_atomic
 from rayspec._plural import plural
 from rayspec._types import Candidate
 from rayspec.results import pareto_data
@@ -79,8 +81,11 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def _save(fig: Figure, path: str) -> str:
-    fig.savefig(path, format="png")
-    return path
+    """Write the figure as ``path`` under the study folder (``plots/``'s parent): never
+    through a link."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return write_atomic(path, buf.getvalue(), root=os.path.dirname(os.path.dirname(path)))
 
 
 def _ci(row: Row) -> float:
@@ -558,7 +563,6 @@ PLOTS: tuple[tuple[str, Callable[[StudyData, str], Plot]], ...] = (
 
 def draw_plots(data: StudyData, folder: str) -> list[Plot]:
     """Draw every plot into ``folder``; a plot that fails is reported as skipped, with why."""
-    os.makedirs(folder, exist_ok=True)
     out = []
     for name, draw in PLOTS:
         try:

@@ -7,12 +7,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rayspec._atomic import write_atomic
+from rayspec._exceptions import StoreError
 from rayspec._plural import plural
 from rayspec.report._load import load_study_folder
 from rayspec.report._markdown import render
 from rayspec.report._plots import Plot
 from rayspec.report._plots import draw_plots
 from rayspec.store import StudyFolder
+from rayspec.store import folder_problems
 
 if TYPE_CHECKING:
     from rayspec._config import ExperimentConfig
@@ -58,16 +61,18 @@ def write_report(path: str, cfg: ExperimentConfig | None = None) -> ReportFiles:
         cfg: the experiment, when known: the launch command is built from it.
 
     Raises:
-        StoreError: ``path`` is not a study folder or cannot be read.
+        StoreError: ``path`` is not a study folder, cannot be read, or holds a link out of it
+            (or a folder the report cannot write): one line.
         OSError: the report could not be written.
     """
     t0 = time.monotonic()
     data = load_study_folder(path, cfg)
     folder = StudyFolder(path)
+    problems = folder_problems(path)  # a link out of the folder, a folder it cannot write
+    if problems:
+        more = f" (and {plural(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
+        raise StoreError(f"{problems[0]}{more}")
     plots = tuple(draw_plots(data, folder.plots))
     markdown = folder.report_md
-    tmp = f"{markdown}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(render(data, plots, path))
-    os.replace(tmp, markdown)
+    write_atomic(markdown, render(data, plots, path))
     return ReportFiles(markdown, plots, time.monotonic() - t0)

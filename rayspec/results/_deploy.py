@@ -18,7 +18,11 @@ import yaml
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._plural import plural
+from rayspec._secrets import redact_env
+from rayspec._secrets import secret_lines
+from rayspec._secrets import split_secrets
 from rayspec._text import one_line
+from rayspec._types import LaunchSpec
 from rayspec.engines import deploy_lines
 from rayspec.engines import engine_named
 from rayspec.results._saved import write_text
@@ -31,6 +35,7 @@ from rayspec.results._table import StudyReport
 from rayspec.results._table import vs_baseline
 from rayspec.server import build_launch
 from rayspec.store import StudyFolder
+from rayspec.twin import available_profiles
 
 __all__ = [
     "DRAFT_PLACEHOLDER",
@@ -96,15 +101,37 @@ def deploy_script(cfg: ExperimentConfig, row: Row, baseline: Row | None, *, tied
         twin_sh = os.path.basename(StudyFolder(cfg.out_dir).best_twin_sh)
         comments.append(f"Without GPUs: {twin_sh} beside this file serves it on the twin.")
     lines = ["#!/usr/bin/env bash", *(f"# {one_line(text)}" for text in comments)]
-    lines += ["set -euo pipefail", *deploy_lines(launch, placeholders)]
+    lines += ["set -euo pipefail", *_launch_lines(launch, "best.sh", placeholders)]
     return "\n".join(lines) + "\n"
+
+
+def _launch_lines(
+    launch: LaunchSpec, script: str, placeholders: dict[str, str] | None = None
+) -> list[str]:
+    """The launch's lines, each secret taken from the environment the script runs in (never
+    written: :mod:`rayspec._secrets`)."""
+    plain, secrets = split_secrets(launch.env)
+    launch = dataclasses.replace(launch, env=plain)
+    return [*secret_lines(secrets, script), *deploy_lines(launch, placeholders)]
+
+
+def _absolute_profile(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``server.twin.profile`` as an absolute path when it is a file, not a built-in name: the
+    script runs from any folder."""
+    profile = cfg.server.twin.profile
+    if not profile or profile in available_profiles():
+        return cfg
+    twin = dataclasses.replace(cfg.server.twin, profile=os.path.abspath(profile))
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, twin=twin))
 
 
 def twin_script(cfg: ExperimentConfig, row: Row) -> str:
     """A twin study's pick on the twin, where the study ran: ``python -m rayspec.twin.server``
     with best.sh's flags and environment, the study's interpreter, no injected fault."""
     twin = dataclasses.replace(cfg.server.twin, fault="")
-    tcfg = dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, twin=twin))
+    tcfg = _absolute_profile(
+        dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, twin=twin))
+    )
     launch = build_launch(tcfg, row.candidate, port=cfg.server.port, log_path="-", trial=row.trial)
     lines = [
         "#!/usr/bin/env bash",
@@ -114,7 +141,7 @@ def twin_script(cfg: ExperimentConfig, row: Row) -> str:
             "(simulated): best.sh beside this file is the real SGLang launch."
         ),
         "set -euo pipefail",
-        *deploy_lines(launch),
+        *_launch_lines(launch, "best-twin.sh"),
     ]
     return "\n".join(lines) + "\n"
 
@@ -163,18 +190,16 @@ def write_best(cfg: ExperimentConfig, report: StudyReport) -> tuple[str, str] | 
         },
         # search.scheduler's knobs the pick sets (None: the server's values, all of them)
         "scheduler": best.candidate.knobs or None,
-        "env": dict(launch.env),
+        "env": redact_env(dict(launch.env)),  # a secret's value is never written
         "unset_env": list(launch.unset_env),
         "argv": list(launch.argv),
     }  # fmt: skip
     folder = StudyFolder(cfg.out_dir)
     os.makedirs(folder.root, exist_ok=True)
     write_text(folder.best_yaml, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
-    write_text(folder.best_sh, deploy_script(cfg, best, base, tied=tied))
-    os.chmod(folder.best_sh, 0o755)
+    write_text(folder.best_sh, deploy_script(cfg, best, base, tied=tied), mode=0o755)
     if cfg.server.engine is Engine.twin:
-        write_text(folder.best_twin_sh, twin_script(cfg, best))
-        os.chmod(folder.best_twin_sh, 0o755)
+        write_text(folder.best_twin_sh, twin_script(cfg, best), mode=0o755)
     elif os.path.exists(folder.best_twin_sh):
         os.remove(folder.best_twin_sh)  # a real study's folder holds no twin line
     return folder.best_yaml, folder.best_sh

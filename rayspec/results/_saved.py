@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from rayspec._atomic import write_atomic
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import StoreError
 from rayspec.screen import ScreenReport
@@ -15,12 +16,10 @@ from rayspec.store import StudyFolder
 __all__ = ["load_equivalence", "load_space", "save_space", "write_text"]
 
 
-def write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a reader sees the old file or the new one)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+def write_text(path: str, text: str, mode: int = 0o644) -> None:
+    """Write ``text`` to ``path`` atomically (a reader sees the old file or the new one), never
+    through a link planted at its name (:func:`rayspec._atomic.write_atomic`)."""
+    write_atomic(path, text, mode=mode)
 
 
 def save_space(out_dir: str, space: SearchSpace) -> str:

@@ -45,6 +45,7 @@ from rayspec._config import Sampler
 from rayspec._exceptions import NOT_THE_CONFIG
 from rayspec._exceptions import ConfigError
 from rayspec._plural import plural
+from rayspec._secrets import redact_env
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
@@ -444,7 +445,7 @@ class StudyHandle:
         launch = record.result.launch
         if launch is not None:
             trial.set_attr(ATTR_LAUNCH, {
-                "argv": list(launch.argv), "env": dict(launch.env),
+                "argv": list(launch.argv), "env": redact_env(dict(launch.env)),
                 "unset_env": list(launch.unset_env), "engine": launch.engine,
                 "log_path": launch.log_path,
             })  # fmt: skip

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from rayspec.store._base import BaseTrialStore
+from rayspec.store._categories import CATEGORY_SCHEMA
+from rayspec.store._checks import check_folder
+from rayspec.store._checks import folder_problems
 from rayspec.store._folder import StudyFolder
 from rayspec.store._landscape import LANDSCAPE_META_KEY
 from rayspec.store._landscape import LANDSCAPE_SCHEMA
@@ -20,6 +23,7 @@ from rayspec.store._parquet import trial_schema
 
 __all__ = [
     "BaseTrialStore",
+    "CATEGORY_SCHEMA",
     "LANDSCAPE_META_KEY",
     "LANDSCAPE_SCHEMA",
     "Landscape",
@@ -29,6 +33,8 @@ __all__ = [
     "StudyFolder",
     "TRIAL_METRICS",
     "TRIAL_SCHEMA",
+    "check_folder",
+    "folder_problems",
     "record_of_row",
     "request_record",
     "read_landscape",

@@ -39,6 +39,11 @@ class StudyFolder:
         return os.path.join(self.root, "requests")
 
     @property
+    def categories(self) -> str:
+        """Each trial's figures per prompt category: one row per category it reached."""
+        return os.path.join(self.root, "categories")
+
+    @property
     def logs(self) -> str:
         """Each trial's server log (``trial-NNNNNN.log``)."""
         return os.path.join(self.root, "logs")
@@ -49,12 +54,16 @@ class StudyFolder:
     def request_file(self, number: int) -> str:
         return os.path.join(self.requests, self.trial_name(number))
 
+    def category_file(self, number: int) -> str:
+        return os.path.join(self.categories, self.trial_name(number))
+
     def log_file(self, number: int) -> str:
         return os.path.join(self.logs, f"trial-{number:06d}.log")
 
     @staticmethod
     def trial_name(number: int) -> str:
-        """The file name a trial's rows are kept under, in ``trials/`` and ``requests/``."""
+        """The file name a trial's rows are kept under, in ``trials/``, ``requests/`` and
+        ``categories/``."""
         return f"trial-{number:06d}.parquet"
 
     @staticmethod
@@ -123,3 +132,15 @@ class StudyFolder:
     @property
     def plots(self) -> str:
         return os.path.join(self.root, "plots")
+
+    # Every name above, for checks that must cover them all (a new one is listed by itself).
+    def folders(self) -> tuple[str, ...]:
+        """The study's own subfolders (the study writes files into them)."""
+        return (self.trials, self.requests, self.categories, self.logs, self.plots)
+
+    def files(self) -> tuple[str, ...]:
+        """The files the study writes at the top of its folder (every path property that is
+        not one of :meth:`folders`)."""
+        props = [n for n, v in vars(StudyFolder).items() if isinstance(v, property)]
+        paths = [getattr(self, n) for n in props]
+        return tuple(p for p in paths if p not in self.folders())

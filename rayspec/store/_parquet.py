@@ -18,6 +18,7 @@ import json
 import logging
 import os
 from collections.abc import Callable
+from collections.abc import Collection
 from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
@@ -27,8 +28,9 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from rayspec._atomic import write_atomic
 from rayspec._exceptions import StoreError
-from rayspec._types import CATEGORY_METRICS
+from rayspec._secrets import redact_env
 from rayspec._types import DEFAULT_CATEGORY
 from rayspec._types import Candidate
 from rayspec._types import LaunchSpec
@@ -36,8 +38,12 @@ from rayspec._types import RequestRecord
 from rayspec._types import TrialRecord
 from rayspec._types import TrialResult
 from rayspec._types import TrialState
-from rayspec._types import category_key
 from rayspec.store._base import BaseTrialStore
+from rayspec.store._categories import category_table
+from rayspec.store._categories import is_category_column
+from rayspec.store._categories import read_categories
+from rayspec.store._categories import split_categories
+from rayspec.store._categories import wide_rows
 from rayspec.store._folder import StudyFolder
 
 __all__ = [
@@ -66,7 +72,7 @@ TRIAL_SCHEMA = pa.schema(
         ("candidate", pa.string()),
         ("candidate_key", pa.string()),
         ("params", pa.string()),  # JSON of the Optuna parameters
-        ("env", pa.string()),  # JSON of the variables set for the server
+        ("env", pa.string()),  # JSON of the variables set for the server (secrets redacted)
         ("unset_env", pa.string()),  # JSON list of the variables removed
         ("command", pa.string()),  # JSON argv
         ("engine", pa.string()),
@@ -139,28 +145,22 @@ still stored, with a warning, but readers that take one file's schema (``pq.read
 DuckDB) miss it where the first file lacks it: declare new metrics here."""
 
 
-def trial_schema(scenarios: Sequence[str] = (), categories: Sequence[str] = ()) -> pa.Schema:
+def trial_schema(scenarios: Sequence[str] = ()) -> pa.Schema:
     """The one schema of every trial file of a study, so any reader sees every column.
+
+    Per-category figures are not columns: they are rows of ``categories/`` (see
+    :mod:`rayspec.store._categories`), however many categories the prompt set has.
 
     Args:
         scenarios: the scenarios after the first (the objective's), whose summary metrics are
             stored as ``<scenario>__<metric>``.
-        categories: the prompt set's categories (a set of more than one), whose figures over
-            the objective scenario are stored as ``category__<category>__<metric>``.
     """
     fields = list(TRIAL_SCHEMA) + [pa.field(m, pa.float64()) for m in TRIAL_METRICS]
-    fields += _category_fields(categories)
     fields += [pa.field(f"{sc}__{m}", pa.float64()) for sc in scenarios for m in SUMMARY_METRICS]
     fields += [
         pa.field(f"{sc}__{m}", pa.float64()) for sc in scenarios for m in SLO_SUMMARY_METRICS
     ]
     return pa.schema(fields)
-
-
-def _category_fields(categories: Sequence[str]) -> list[pa.Field]:
-    """The ``category__<category>__<metric>`` columns (float64)."""
-    keys = [category_key(c, m) for c in categories for m in CATEGORY_METRICS]
-    return [pa.field(k, pa.float64()) for k in keys]
 
 
 REQUEST_SCHEMA = pa.schema(
@@ -191,35 +191,39 @@ REQUEST_SCHEMA = pa.schema(
 
 
 def _write_atomic(folder: str, name: str, table: pa.Table) -> str:
-    os.makedirs(folder, exist_ok=True)
+    """Write ``table`` as ``folder/name`` (a subfolder of the study: never through a link)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
     final = os.path.join(folder, name)
-    tmp = os.path.join(folder, f".{name}.tmp")  # '.'-prefixed: invisible to readers
-    with open(tmp, "wb") as fh:
-        pq.write_table(table, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
-    dirfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dirfd)
-    finally:
-        os.close(dirfd)
-    return final
+    return write_atomic(final, sink.getvalue().to_pybytes(), root=os.path.dirname(folder))
 
 
-def _read_folder(folder: str, schema: pa.Schema) -> pa.Table:
-    if not os.path.isdir(folder) or not any(
-        f.endswith(".parquet") and not f.startswith((".", "_")) for f in os.listdir(folder)
-    ):
+def _read_folder(
+    folder: str, schema: pa.Schema, leave_out: Callable[[str], bool] | None = None
+) -> pa.Table:
+    """Every trial file's rows under one schema (``leave_out``: columns not read).
+
+    Only the ``trial-NNNNNN.parquet`` names are read: anything else in the folder (a stray
+    ``notes.txt``, a leftover ``trial-000001.parquet.tmp``) is not a row of the study."""
+    paths = [os.path.join(os.path.abspath(folder), StudyFolder.trial_name(n)) for n in
+             sorted(_numbers(folder))]  # fmt: skip
+    if not paths:
         return schema.empty_table()
-    factory = ds.FileSystemDatasetFactory(
-        pafs.LocalFileSystem(),
-        pafs.FileSelector(os.path.abspath(folder)),
-        ds.ParquetFileFormat(),
-        ds.FileSystemFactoryOptions(selector_ignore_prefixes=[".", "_"]),
-    )
-    unified = factory.inspect(promote_options="permissive")  # looks at every file
-    return factory.finish(unified).to_table()
+    if leave_out is None:
+        factory = ds.FileSystemDatasetFactory(
+            pafs.LocalFileSystem(), paths, ds.ParquetFileFormat(), ds.FileSystemFactoryOptions()
+        )
+        unified = factory.inspect(promote_options="permissive")  # looks at every file
+        return factory.finish(unified).to_table()
+    # One file at a time, its footer read once: a trial file of 60,003 columns (per-category
+    # columns, as written before categories/) has a 16 MB footer, and a dataset over several
+    # such files held them all (745 MB for two).
+    tables = []
+    for path in paths:
+        with pq.ParquetFile(path) as pf:
+            names = [n for n in pf.schema_arrow.names if not leave_out(n)]
+            tables.append(pf.read(columns=names))
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def _numbers(folder: str) -> set[int]:
@@ -296,12 +300,10 @@ def _nan_if_none(value: Any) -> float:
     return float(value) if value is not None else float("nan")
 
 
-def trial_row(
-    record: TrialRecord | TrialResult,
-    scenarios: Sequence[str] = (),
-    categories: Sequence[str] = (),
-) -> pa.Table:
-    """One trial's row in :func:`trial_schema` (absent metrics are nulls)."""
+def trial_row(record: TrialRecord | TrialResult, scenarios: Sequence[str] = ()) -> pa.Table:
+    """One trial's row in :func:`trial_schema` (absent metrics are nulls; per-category figures
+    are left out: :func:`~rayspec.store._categories.split_categories` takes them to their own
+    rows)."""
     from rayspec._version import __version__
 
     if isinstance(record, TrialResult):
@@ -319,7 +321,8 @@ def trial_row(
         "candidate": result.candidate.label(),
         "candidate_key": record.candidate_key or None,
         "params": json.dumps(dict(record.params), sort_keys=True) if record.params else None,
-        "env": json.dumps(dict(launch.env)) if launch else json.dumps(result.candidate.env),
+        # a secret's value is never written (rayspec._secrets): the row says it was set
+        "env": json.dumps(redact_env(dict(launch.env) if launch else dict(result.candidate.env))),
         "unset_env": json.dumps(list(launch.unset_env)) if launch else None,
         "command": json.dumps(list(launch.argv)) if launch else None,
         "engine": launch.engine if launch else None,
@@ -349,13 +352,14 @@ def trial_row(
         "rayspec_version": __version__,
         "accept_histogram": _ints(record.histogram),
     }
-    schema = trial_schema(scenarios, categories)
+    schema = trial_schema(scenarios)
     declared = set(schema.names)
     fields = list(schema)
-    for key in sorted(result.metrics):
+    metrics, _ = split_categories(result.metrics)
+    for key in sorted(metrics):
         if key in row:
             raise StoreError(f"metric {key!r} collides with a fixed trial column")
-        row[key] = _float(result.metrics[key])
+        row[key] = _float(metrics[key])
         if key not in declared:
             if key not in _warned:
                 _warned.add(key)
@@ -430,19 +434,15 @@ class ParquetTrialStore(BaseTrialStore):
         store.load_trials().to_pylist()
     """
 
-    def __init__(
-        self, root: str, scenarios: Sequence[str] = (), categories: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, root: str, scenarios: Sequence[str] = ()) -> None:
         """Args: root: the study folder; scenarios: the scenarios after the objective's (their
-        ``<scenario>__<metric>`` columns are in every row, see :func:`trial_schema`);
-        categories: the prompt set's categories when it has several (their
-        ``category__<category>__<metric>`` columns likewise)."""
+        ``<scenario>__<metric>`` columns are in every row, see :func:`trial_schema`)."""
         self.root = root
         self.folder = StudyFolder(root)
         self.scenarios = tuple(scenarios)
-        self.categories = tuple(categories)
         self.trials_dir = self.folder.trials
         self.requests_dir = self.folder.requests
+        self.categories_dir = self.folder.categories
 
     def append_trial(self, record: TrialRecord | TrialResult) -> str:
         """Write one trial's row (and its request rows).
@@ -458,7 +458,10 @@ class ParquetTrialStore(BaseTrialStore):
             # Requests first: a trial row never points at request rows that do not exist.
             if result.requests:
                 _write_atomic(self.requests_dir, name, request_rows(result.trial, result.requests))
-            row = trial_row(record, self.scenarios, self.categories)
+            _, by_cat = split_categories(result.metrics)
+            if by_cat:
+                _write_atomic(self.categories_dir, name, category_table(result.trial, by_cat))
+            row = trial_row(record, self.scenarios)
             return _write_atomic(self.trials_dir, name, row)
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(
@@ -491,7 +494,7 @@ class ParquetTrialStore(BaseTrialStore):
         """Move trial and request files no Parquet reader can open out of the readers' way
         (renamed ``.damaged-<name>``, kept for inspection); one line for each."""
         said = []
-        for folder in (self.trials_dir, self.requests_dir):
+        for folder in (self.trials_dir, self.requests_dir, self.categories_dir):
             for number in sorted(_numbers(folder)):
                 path = os.path.join(folder, StudyFolder.trial_name(number))
                 try:
@@ -506,10 +509,34 @@ class ParquetTrialStore(BaseTrialStore):
         return said
 
     def load_trials(self) -> pa.Table:
+        """Every trial row (per-category columns of a file written before ``categories/`` are
+        left out: :meth:`category_rows` reads them)."""
         try:
-            return _read_folder(self.trials_dir, trial_schema(self.scenarios, self.categories))
+            return _read_folder(self.trials_dir, trial_schema(self.scenarios), is_category_column)
         except (OSError, pa.ArrowException) as exc:
             raise StoreError(f"cannot read {self.trials_dir}: {exc}") from exc
+
+    def category_rows(self, trials: Collection[int] | None = None) -> list[dict[str, Any]]:
+        """The per-category figures, one dict per (trial, category) (``trial``, ``category``,
+        ``requests``, ``tok_s``, ``accept_length``), of ``trials`` only when given.
+
+        A trial file written with per-category columns (before ``categories/``) is read as
+        the same rows.
+
+        Raises:
+            StoreError: the files cannot be read.
+        """
+        try:
+            rows = read_categories(self.categories_dir, trials)
+            long = _numbers(self.categories_dir)
+            for number in sorted(_numbers(self.trials_dir) - long):
+                if trials is None or number in trials:
+                    rows += wide_rows(self.folder.trial_file(number))
+        except (OSError, pa.ArrowException) as exc:
+            raise StoreError(
+                f"cannot read the per-category figures under {self.root}: {exc}"
+            ) from exc
+        return sorted(rows, key=lambda r: (int(r["trial"]), str(r["category"])))
 
     def load_records(
         self, candidate: Callable[[Mapping[str, Any]], Candidate]
@@ -544,7 +571,10 @@ class ParquetTrialStore(BaseTrialStore):
         if not os.path.isdir(self.requests_dir):
             return {}
         try:
-            table = ds.dataset(self.requests_dir, format="parquet").to_table(
+            files = [self.folder.request_file(n) for n in sorted(_numbers(self.requests_dir))]
+            if not files:
+                return {}
+            table = ds.dataset(files, format="parquet").to_table(
                 columns=["scenario", "concurrency"]
             )
         except (OSError, pa.ArrowException):

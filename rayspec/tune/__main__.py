@@ -321,11 +321,8 @@ def _plan_verdict(cfg: ExperimentConfig, report: StudyReport) -> PlanVerdict | N
     from rayspec.results import plan_verdict
     from rayspec.store import ParquetTrialStore
     from rayspec.tune._tiers import closed_loads
-    from rayspec.tune._trial import study_categories
 
-    store = ParquetTrialStore(
-        cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]], study_categories(cfg)
-    )
+    store = ParquetTrialStore(cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]])
     from rayspec.search import SearchSpace
 
     space = load_space(cfg.out_dir) or SearchSpace.from_config(cfg.search)

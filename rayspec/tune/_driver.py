@@ -70,7 +70,6 @@ from rayspec.tune._strategy import make_strategy
 from rayspec.tune._strategy import stored_equivalence
 from rayspec.tune._trial import LIVE_ACTORS
 from rayspec.tune._trial import run_trial
-from rayspec.tune._trial import study_categories
 from rayspec.tune._verify import plan_reserve
 from rayspec.tune._verify import verify_plan
 
@@ -105,9 +104,7 @@ class StudyOutcome:
 
 
 def _store(cfg: ExperimentConfig) -> ParquetTrialStore:
-    return ParquetTrialStore(
-        cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]], study_categories(cfg)
-    )
+    return ParquetTrialStore(cfg.out_dir, [sc.name for sc in cfg.scenarios()[1:]])
 
 
 def idle_reason(

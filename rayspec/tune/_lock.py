@@ -26,6 +26,7 @@ from collections.abc import Iterator
 
 from rayspec._exceptions import ConfigError
 from rayspec.store import StudyFolder
+from rayspec.store import check_folder
 
 __all__ = ["StudyLockedError", "check_unlocked", "study_lock"]
 
@@ -106,8 +107,9 @@ def study_lock(out_dir: str, printer: Callable[[str], None] | None = None) -> It
         else:
             fresh = True
     if fresh:
+        check_folder(out_dir)  # links out, unwritable folders: one line, before any write
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             if not _try_lock(fd):
                 raise _refusal(out_dir, _holder(fd))

@@ -20,6 +20,7 @@ from rayspec.search import validate_enqueue
 from rayspec.search._resume import check_grid
 from rayspec.search._resume import check_resumable
 from rayspec.store import StudyFolder
+from rayspec.store import check_folder
 from rayspec.tune._node import NodeProbes
 from rayspec.tune._node import check_nccl_values
 from rayspec.tune._node import check_node
@@ -205,6 +206,8 @@ def check_output_dir(cfg: ExperimentConfig) -> None:
         why = _writable_folder(os.path.dirname(os.path.abspath(url)))
         if why:
             raise ConfigError(f"study.storage: {url} cannot be created: {why}")
+    # An existing study folder: links out of it, unwritable folders or journal, foreign rows.
+    check_folder(cfg.out_dir, "" if "://" in url else url)
 
 
 def preflight(

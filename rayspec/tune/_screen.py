@@ -15,12 +15,14 @@ import sys
 import time
 from collections.abc import Callable
 
+from rayspec._atomic import write_atomic
 from rayspec._config import UNSET
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
 from rayspec._exceptions import ConfigError
 from rayspec._exceptions import LaunchError
 from rayspec._plural import plural
+from rayspec._secrets import redact_env
 from rayspec._types import Candidate
 from rayspec.screen import BaseNcclScreen
 from rayspec.screen import RayNcclScreen
@@ -106,7 +108,7 @@ def _fingerprint(cfg: ExperimentConfig, space: SearchSpace, sizes: list[int]) ->
     return json.dumps(
         {
             "nccl": [[k, list(v)] for k, v in space.nccl],
-            "env": sorted(server_env(cfg, Candidate())[0].items()),
+            "env": sorted(redact_env(server_env(cfg, Candidate())[0]).items()),
             "sizes": sizes,
             "engine": cfg.server.engine.value,
             "profile": cfg.server.twin.profile if cfg.server.engine is Engine.twin else "",
@@ -202,11 +204,7 @@ def run_screen(
     finally:
         if owned:
             screen.close()
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(report.to_json(fingerprint))
-    os.replace(tmp, path)
+    write_atomic(path, report.to_json(fingerprint))  # never through a link in the folder
     printer(_summary(report, time.monotonic() - t0, sizes))
     return report
 

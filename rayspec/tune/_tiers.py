@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shlex
 from dataclasses import dataclass
 
+from rayspec._atomic import write_atomic
 from rayspec._config import SPEC_OFF
 from rayspec._config import ExperimentConfig
 from rayspec._types import Candidate
@@ -145,11 +145,8 @@ def write_adaptive_tiers(
     found = adaptive_tiers(cfg, report)
     if found is None:
         return None
-    os.makedirs(cfg.out_dir, exist_ok=True)
     path = StudyFolder(cfg.out_dir).adaptive_tiers
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(found.tiers, fh, indent=2)
-        fh.write("\n")
+    write_atomic(path, json.dumps(found.tiers, indent=2) + "\n")  # never through a link
     launch = build_launch(deploy, found.plan.candidate(), port=cfg.server.port, log_path="-")
     # The file is written here for the user; the launch's own copy (``files``) is the node's.
     argv = [*launch.argv, "--speculative-adaptive-config", path]

@@ -22,9 +22,11 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
+from rayspec._text import one_line
 from rayspec.twin._errors import ProfileError
+from rayspec.twin._profile_text import parse_yaml
+from rayspec.twin._profile_text import read_profile_file
+from rayspec.twin._profile_text import show
 
 __all__ = [
     "AcceptanceProfile",
@@ -47,7 +49,7 @@ __all__ = [
     "load_profile",
 ]
 
-_YamlLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # same semantics, C speed
+
 _PROFILE_PACKAGE = "rayspec.twin"
 _PROFILE_DIR = "profiles"
 _ALGOS_WITH_COSTS = ("Ring", "Tree")
@@ -364,17 +366,14 @@ def load_profile(name_or_path: str) -> Profile:
     """
     if name_or_path in available_profiles():
         return _load_builtin(name_or_path)
+    shown = show(name_or_path)
     if not os.path.isfile(name_or_path):
         raise ProfileError(
-            f"unknown profile {name_or_path!r}: not a built-in name "
+            f"unknown profile {shown}: not a built-in name "
             f"({', '.join(available_profiles())}) and no such file"
         )
-    try:
-        with open(name_or_path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise ProfileError(f"cannot read profile {name_or_path!r}: {exc}") from exc
-    return _parse(text, f"profile file {name_or_path!r}")
+    text = read_profile_file(name_or_path)
+    return _parse(text, f"profile file {shown}")
 
 
 @functools.cache
@@ -386,11 +385,11 @@ def _load_builtin(name: str) -> Profile:
 
 
 def _parse(text: str, source: str) -> Profile:
+    data = parse_yaml(text, source)
     try:
-        data = yaml.load(text, Loader=_YamlLoader)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{source} is not valid YAML: {exc}") from exc
-    return profile_from_dict(data, source=source)
+        return profile_from_dict(data, source=source)
+    except RecursionError:
+        raise ProfileError(f"{source}: nested too deeply") from None
 
 
 def profile_from_dict(data: Any, *, source: str = "profile") -> Profile:
@@ -429,7 +428,9 @@ class _Node:
         return f"{self.path}.{name}" if self.path else name
 
     def error(self, name: str, message: str) -> ProfileError:
-        return ProfileError(f"{self.source}: key {self.key(name)!r} {message}")
+        # One line, bounded: a key or value is whatever the file held (a 10^8-element alias
+        # expansion, a newline).
+        return ProfileError(one_line(f"{self.source}: key {show(self.key(name))} {message}"))
 
     def raw(self, name: str) -> Any:
         self.used.add(name)
@@ -452,7 +453,7 @@ class _Node:
     def get_int(self, name: str, *, min_value: int = 0) -> int:
         value = self.raw(name)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(name, f"must be an integer, got {_tname(value)} {value!r}")
+            raise self.error(name, f"must be an integer, got {_tname(value)} {show(value)}")
         if value < min_value:
             raise self.error(name, f"must be >= {min_value}, got {value}")
         return value
@@ -460,22 +461,24 @@ class _Node:
     def get_bool(self, name: str) -> bool:
         value = self.raw(name)
         if not isinstance(value, bool):
-            raise self.error(name, f"must be true or false, got {_tname(value)} {value!r}")
+            raise self.error(name, f"must be true or false, got {_tname(value)} {show(value)}")
         return value
 
     def get_str(self, name: str) -> str:
         value = self.raw(name)
         if not isinstance(value, str) or not value:
-            raise self.error(name, f"must be a non-empty string, got {_tname(value)} {value!r}")
+            raise self.error(
+                name, f"must be a non-empty string, got {_tname(value)} {show(value)}"
+            )
         return value
 
     def get_str_list(self, name: str) -> tuple[str, ...]:
         value = self.raw(name)
         if not isinstance(value, list) or not value:
-            raise self.error(name, f"must be a non-empty list of strings, got {value!r}")
+            raise self.error(name, f"must be a non-empty list of strings, got {show(value)}")
         for item in value:
             if not isinstance(item, str):
-                raise self.error(name, f"must hold strings only, got {item!r}")
+                raise self.error(name, f"must hold strings only, got {show(item)}")
         return tuple(value)
 
     def get_float_map(self, name: str, keys: tuple[str, ...]) -> Mapping[str, float]:
@@ -494,14 +497,17 @@ def _as_float(
     value: Any, node: _Node, name: str, *, positive: bool = False, min_value: float = 0.0
 ) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise node.error(name, f"must be a number, got {_tname(value)} {value!r}")
-    result = float(value)
+        raise node.error(name, f"must be a number, got {_tname(value)} {show(value)}")
+    try:
+        result = float(value)
+    except OverflowError:  # an integer past a float's range (YAML reads 1e400 as inf)
+        raise node.error(name, "must be finite, got an integer too large for a float") from None
     if not math.isfinite(result):
-        raise node.error(name, f"must be finite, got {value!r}")
+        raise node.error(name, f"must be finite, got {show(value)}")
     if positive and result <= 0:
-        raise node.error(name, f"must be > 0, got {value!r}")
+        raise node.error(name, f"must be > 0, got {show(value)}")
     if result < min_value:
-        raise node.error(name, f"must be >= {min_value}, got {value!r}")
+        raise node.error(name, f"must be >= {min_value}, got {show(value)}")
     return result
 
 
@@ -579,10 +585,10 @@ def _nccl_choice(node: _Node) -> NcclChoiceProfile:
     node.done()
     for key, level in (("default_p2p_level", out.default_p2p_level),):
         if level not in out.path_order:
-            raise node.error(key, f"must be one of nccl_choice.path_order, got {level!r}")
+            raise node.error(key, f"must be one of nccl_choice.path_order, got {show(level)}")
     for level in out.legacy_levels:
         if level not in out.path_order:
-            raise node.error("legacy_levels", f"holds {level!r}, which is not in path_order")
+            raise node.error("legacy_levels", f"holds {show(level)}, which is not in path_order")
     return out
 
 
@@ -698,7 +704,7 @@ def _sizes(node: _Node, name: str) -> tuple[int, ...]:
 def _probability(node: _Node, name: str, value: Any) -> float:
     result = _as_float(value, node, name)
     if result > 1.0:
-        raise node.error(name, f"must be a probability in [0, 1], got {value!r}")
+        raise node.error(name, f"must be a probability in [0, 1], got {show(value)}")
     return result
 
 
@@ -713,12 +719,16 @@ def _acceptance(node: _Node) -> AcceptanceProfile:
     elif kind == "per_depth":
         values = node.raw("a")
         if not isinstance(values, list) or not values:
-            raise node.error("a", f"must be a non-empty list for kind per_depth, got {values!r}")
+            raise node.error(
+                "a", f"must be a non-empty list for kind per_depth, got {show(values)}"
+            )
         out = AcceptanceProfile(
             kind=kind, per_depth=tuple(_probability(node, "a", v) for v in values)
         )
     else:
-        raise node.error("kind", f"must be one of {', '.join(_ACCEPTANCE_KINDS)}, got {kind!r}")
+        raise node.error(
+            "kind", f"must be one of {', '.join(_ACCEPTANCE_KINDS)}, got {show(kind)}"
+        )
     node.done()
     return out
 
@@ -774,7 +784,7 @@ def _cross_check(profile: Profile, source: str) -> None:
     for path in profile.hardware.ring_link_paths:
         if path not in order:
             raise ProfileError(
-                f"{source}: key 'hardware.ring_link_paths' holds {path!r}, which is not in "
+                f"{source}: key 'hardware.ring_link_paths' holds {show(path)}, which is not in "
                 f"nccl_choice.path_order ({', '.join(order)})"
             )
     if len(profile.hardware.ring_link_paths) != profile.hardware.n_ranks:

@@ -126,22 +126,23 @@ def test_per_category_counts_add_up_to_the_trials_requests(records: list[Request
         assert (math.isnan(tok_s) and math.isnan(expected)) or math.isclose(tok_s, expected)
 
 
-def test_category_figures_are_stored_in_declared_columns(tmp_path, caplog) -> None:
+def test_category_figures_are_stored_as_rows_not_columns(tmp_path, caplog) -> None:
     records = tuple(_rec(i, CATS[i % 2], 100 + i, 1000.0, True) for i in range(4))
     metrics = {"tok_s_mean": 100.0, **category_metrics(records)}
     result = TrialResult(
         trial=0, state="COMPLETE", value=100.0, candidate=Candidate(), launch=None,
         metrics=metrics, requests=records, start_unix_s=1.0, end_unix_s=2.0,
     )  # fmt: skip
-    store = ParquetTrialStore(str(tmp_path), categories=CATS)
+    store = ParquetTrialStore(str(tmp_path))
     with caplog.at_level("WARNING"):
         store.append_trial(result)
     assert "not declared" not in caplog.text
-    row = store.trial_rows()[0]
-    assert row[category_key("code", "requests")] == 2.0
-    assert row[category_key("math", "tok_s")] is None  # declared, not measured: null
+    rows = {r["category"]: r for r in store.category_rows()}
+    assert set(rows) == {"chat", "code"}  # only the categories the requests reached
+    assert rows["code"]["requests"] == 2.0 and rows["code"]["trial"] == 0
     schema = pq.read_schema(store.folder.trial_file(0))
-    assert category_key("long-form", "accept_length") in schema.names
+    assert not [n for n in schema.names if n.startswith("category__")]
+    assert "tok_s_mean" in store.trial_rows()[0]
     stored = store.load_requests().to_pylist()
     assert [request_record(r).category for r in stored] == [r.category for r in records]
 

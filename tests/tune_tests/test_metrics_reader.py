@@ -3,10 +3,15 @@ one line (exit 1) when it is not running; and the driver records the exporter Ra
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from collections.abc import Iterator
 
 import pytest
 
@@ -108,3 +113,91 @@ def test_the_driver_records_the_exporter_its_metrics_reach(ray_cluster, tmp_path
         time.sleep(1)
     assert f'ray_rayspec_best_tok_s{{study="{study}"}} 42' in lines, lines
     assert f'ray_rayspec_trial_tok_s{{study="{study}",trial="0"}} 42' in lines, lines
+
+
+# -- bounds: size, total time, and only the exporter a study can have written -----------------
+
+
+@contextlib.contextmanager
+def _raw_exporter(handler: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A TCP server on 127.0.0.1 whose every connection ``handler`` answers; yields host:port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    conn.recv(4096)
+                    handler(conn)
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        server.close()
+
+
+def test_an_answer_past_the_size_bound_is_not_read_whole(tmp_path, monkeypatch) -> None:
+    import rayspec.metrics._read as reader
+
+    monkeypatch.setattr(reader, "MAX_ANSWER_BYTES", 1 << 20)
+    big = TEXT + "# padding\n" * 400_000  # 4 MB of comments
+    with prometheus_exporter(big) as address:
+        write_exporter_file(str(tmp_path), "mine", address, SESSION)
+        with pytest.raises(MetricsUnavailable, match="larger than 1 MiB"):
+            read_study_metrics(str(tmp_path))
+
+
+def test_a_slow_exporter_is_cut_off_by_the_total_time(tmp_path) -> None:
+    def trickle(conn: socket.socket) -> None:  # headers, then a byte every 0.2 s for 30 s
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+        for _ in range(150):
+            conn.sendall(b"#")
+            time.sleep(0.2)
+
+    with _raw_exporter(trickle) as address:
+        write_exporter_file(str(tmp_path), "mine", address, SESSION)
+        with pytest.raises(MetricsUnavailable, match="gave no whole answer within 1 s"):
+            read_study_metrics(str(tmp_path), timeout_s=1.0)
+
+
+@pytest.mark.parametrize(
+    "address", ["192.0.2.1:9090", "example.com:80", "127.0.0.1:80/x?y=", "http://127.0.0.1:80",
+                "127.0.0.1", "127.0.0.1:99999"],
+)  # fmt: skip
+def test_an_exporter_a_study_cannot_have_written_is_not_asked(tmp_path, address) -> None:
+    write_exporter_file(str(tmp_path), "mine", address, SESSION)
+    with pytest.raises(MetricsUnavailable) as err:
+        read_study_metrics(str(tmp_path))
+    assert "not on this machine" in str(err.value) or "not a host:port" in str(err.value)
+
+
+def test_the_answer_is_never_echoed(tmp_path) -> None:
+    with prometheus_exporter("SECRET-FIRST-LINE of some other service\n") as address:
+        write_exporter_file(str(tmp_path), "mine", address, SESSION)
+        with pytest.raises(MetricsUnavailable) as err:
+            read_study_metrics(str(tmp_path))
+    assert "SECRET-FIRST-LINE" not in str(err.value) and "not Prometheus text" in str(err.value)
+
+
+def test_a_linked_exporter_file_is_not_read(tmp_path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with prometheus_exporter(TEXT) as address:
+        write_exporter_file(str(elsewhere), "mine", address, SESSION)
+        study = tmp_path / "study"
+        study.mkdir()
+        os.symlink(elsewhere / EXPORTER_FILE, study / EXPORTER_FILE)
+        with pytest.raises(MetricsUnavailable, match="a symbolic link"):
+            read_study_metrics(str(study))

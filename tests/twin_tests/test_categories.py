@@ -11,7 +11,6 @@ import yaml
 from rayspec import Candidate
 from rayspec import SpecSettings
 from rayspec._config import load_config
-from rayspec._types import category_key
 from rayspec.bench import request_input
 from rayspec.bench import run_benchmark_detailed
 from rayspec.store import ParquetTrialStore
@@ -114,10 +113,12 @@ def test_a_simulated_study_on_the_mixed_set_stores_per_category_figures(tmp_path
         ],
     )  # fmt: skip
     run_study(cfg, printer=lambda _line: None, trial_fn=SimulatedTrials())
-    rows = ParquetTrialStore(cfg.out_dir).trial_rows()
-    spec_row = next(r for r in rows if r["spec_algorithm"] and r["state"] == "COMPLETE")
-    counts = [spec_row[category_key(c, "requests")] for c in ("chat", "code", "long-form", "math")]
+    store = ParquetTrialStore(cfg.out_dir)
+    spec_row = next(
+        r for r in store.trial_rows() if r["spec_algorithm"] and r["state"] == "COMPLETE"
+    )
+    figures = {r["category"]: r for r in store.category_rows({spec_row["trial"]})}
+    assert sorted(figures) == ["chat", "code", "long-form", "math"]
+    counts = [f["requests"] for f in figures.values()]
     assert sum(counts) == spec_row["requests_ok"] + spec_row["requests_failed"] >= 8
-    code = spec_row[category_key("code", "accept_length")]
-    chat = spec_row[category_key("chat", "accept_length")]
-    assert code > chat
+    assert figures["code"]["accept_length"] > figures["chat"]["accept_length"]
