@@ -2,7 +2,8 @@
 experiment.
 
 The only module that prints for the study or calls ``sys.exit``. Exit codes: 0 done, 2 bad
-input (nothing started), 1 an unexpected error, 130 interrupted (run it again to resume).
+input (nothing started), 1 an unexpected error, 130 interrupted (Ctrl-C, SIGTERM or SIGHUP, to
+the driver or its whole process group; run it again to resume).
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ def _error(message: str, code: int) -> int:
     return code
 
 
+# What a batch system (timeout, Slurm's scancel, systemd) or a closed terminal sends; Ctrl-C's
+# SIGINT is Python's KeyboardInterrupt already.
+INTERRUPTS = (signal.SIGTERM, signal.SIGHUP)
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     del frame
     raise KeyboardInterrupt(f"signal {signum}")
@@ -135,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.dry_run:
         return _dry_run(cfg, space)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    for signum in INTERRUPTS:  # stop the servers and exit 130, as Ctrl-C does
+        signal.signal(signum, _raise_interrupt)
     try:
         return _run(cfg, space)
     except KeyboardInterrupt:
@@ -208,10 +215,7 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
         # this experiment, so a changed server.port reaches both.
         outcome = run_study(cfg, printer=_say, write_report=True, space=space)
     else:
-        cluster = connect(cfg)
-        # ray.init installs its own SIGTERM handler (it aborts the process): ours goes on top,
-        # so SIGTERM stops the servers and exits 130 like Ctrl-C.
-        signal.signal(signal.SIGTERM, _raise_interrupt)
+        cluster = connect(cfg)  # puts back our SIGTERM handler, which ray.init replaces
         _say(cluster.describe())
         # A live display on a terminal; today's plain lines otherwise (CI, pipes, logs).
         progress = make_progress(
