@@ -201,7 +201,9 @@ def _connected(cfg: ExperimentConfig, chose_no_auth: bool, on_loopback: bool) ->
                 resources={cl.node_resource: 1.0} if cl.node_resource else None,
                 include_dashboard=cl.include_dashboard,
                 dashboard_host=cl.dashboard_host,
-                dashboard_port=cl.dashboard_port,
+                # Ray binds a port it is given even with the dashboard off (its API server
+                # runs headless), and logs "Failed to bind" when it is taken: none given then.
+                dashboard_port=cl.dashboard_port if cl.include_dashboard else None,
                 logging_level=logging.WARNING,
                 log_to_driver=False,
             )
