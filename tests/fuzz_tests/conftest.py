@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    from tests.fuzz_tests.test_config_fuzz import COUNTS
-
-    if COUNTS:
-        parts = ", ".join(f"{k} {v}" for k, v in sorted(COUNTS.items()))
-        terminalreporter.write_line(f"rayspec fuzz: {parts}")
+    # Only the modules this run imported (a run of one file counts that file).
+    for module, name, label in (
+        ("tests.fuzz_tests.test_config_fuzz", "COUNTS", "rayspec fuzz"),
+        ("tests.fuzz_tests.test_prompt_fuzz", "PROMPT_COUNTS", "rayspec prompt fuzz"),
+    ):
+        counts = getattr(sys.modules.get(module), name, None)
+        if counts:
+            parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+            terminalreporter.write_line(f"{label}: {parts}")
