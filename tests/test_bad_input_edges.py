@@ -104,3 +104,131 @@ def test_prompt_files_that_are_fine_load(body: str, tmp_path) -> None:
     texts = [r.text for r in load_dataset(str(data))]
     assert texts and all(t.encode("utf-8") for t in texts)
     assert "one\u2028two" in texts or "😀" in texts[0] or "order mark" in texts[0]
+
+
+# -- a tiny Poisson rate (issue 33, item 6) --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["bench.ladder.request_rate=[0.001,2]"],
+         "bench.ladder.request_rate: 0.001 requests/s spreads a run's 32 arrivals (scenario "
+         "r0p001) over 8.6 h on average, longer than bench.request_timeout_s (900 s)"),
+        (["bench.scenarios=[{name: a, requests_per_run: 11, request_rate: 0.5}]",
+          "bench.request_timeout_s=10"],
+         "bench.scenarios[0].request_rate: 0.5 requests/s spreads a run's 11 arrivals "
+         "(scenario a) over 20 s on average, longer than bench.request_timeout_s (10 s)"),
+    ],
+)  # fmt: skip
+def test_a_rate_whose_arrivals_cannot_fit_is_refused(
+    overrides: list[str], expected: str, tmp_path, capsys, no_ray
+) -> None:
+    """No deadline applies while no request is in flight: the study waited for hours. Even a
+    dry run says so (the rule is the experiment's, not this machine's)."""
+    refused(["--dry-run", experiment(tmp_path), *overrides], capsys, expected)
+
+
+def test_a_rate_that_fits_is_accepted(tmp_path, capsys) -> None:
+    from rayspec.tune.__main__ import main
+
+    rc = main(["--dry-run", experiment(tmp_path), "bench.ladder.request_rate=[0.04]"])
+    assert rc == 0, capsys.readouterr().err  # 31 gaps of 25 s: 775 s < 900 s
+
+
+def test_a_run_ends_at_its_bound_whatever_it_waits_on() -> None:
+    """Each request has its own deadline; a wait that escapes them (here a client that never
+    answers) still ends at the run's bound, its requests recorded as failed, not hung."""
+    import asyncio
+
+    from rayspec.bench import BenchPlan
+    from rayspec.bench import Scenario
+    from rayspec.bench._runner import _one_run
+    from rayspec.bench._runner import run_bound_s
+
+    class Silent:
+        async def measure(self, *args: object, **kwargs: object) -> object:
+            await asyncio.Event().wait()  # never set
+            raise AssertionError("unreachable")
+
+    scenario = Scenario("p", concurrency=2, requests_per_run=4, max_tokens=4, request_rate=500.0)
+    plan = BenchPlan(scenarios=(scenario,), request_timeout_s=0.05)
+
+    async def go() -> object:
+        return await asyncio.wait_for(_one_run(Silent(), plan, scenario, 0, 4), 60)  # type: ignore[arg-type]
+
+    report = asyncio.run(go())
+    assert [r.index for r in report.records] == [0, 1, 2, 3]  # type: ignore[attr-defined]
+    assert all(r.failure == "stalled_stream" for r in report.records)  # type: ignore[attr-defined]
+    assert "passed its bound" in report.records[0].error  # type: ignore[attr-defined]
+    # The bound: the last arrival, then two waves of requests on two streams.
+    assert run_bound_s(plan, scenario, [0.0, 0.1, 0.2, 0.3], 2) == pytest.approx(
+        0.3 + 2 * 0.05 + 5
+    )
+
+
+def test_a_plan_refuses_arrivals_past_its_bound() -> None:
+    from rayspec._exceptions import ConfigError
+    from rayspec.bench import BenchPlan
+    from rayspec.bench import Scenario
+
+    slow = Scenario("p", requests_per_run=32, request_rate=0.001)
+    with pytest.raises(ConfigError, match=r"spreads a run's 32 arrivals over 31000 s"):
+        BenchPlan(scenarios=(slow,))
+
+
+# -- a prompt longer than the context (issue 33, item 7) -------------------------------------
+
+
+def _long_prompts(tmp_path, words: int) -> str:
+    import json
+
+    path = tmp_path / "long.jsonl"
+    path.write_text(
+        json.dumps({"prompt": "short"}) + "\n" + json.dumps({"prompt": "w " * words}) + "\n",
+        encoding="utf-8",
+    )
+    return str(path)
+
+
+def test_a_prompt_longer_than_the_twins_context_is_refused(tmp_path, capsys, no_ray) -> None:
+    """Every trial stalled 60 s (stalled_stream) on it until the budget was spent."""
+    data = _long_prompts(tmp_path, 300_000)
+    refused(
+        [experiment(tmp_path), f"bench.prompts={data}", port()], capsys,
+        f"bench.prompts: {data}:2: the prompt is 300,000 words, so at least as many tokens, "
+        "and the served model's context length is 262,144 tokens (the twin's)",
+    )  # fmt: skip
+
+
+def test_a_context_length_flag_is_the_served_context(tmp_path, capsys, no_ray) -> None:
+    data = _long_prompts(tmp_path, 5000)
+    refused(
+        [experiment(tmp_path), f"bench.prompts={data}", port(),
+         "server.extra_flags=[--context-length,4096]"], capsys,
+        "context length is 4,096 tokens (--context-length in server.extra_flags)",
+    )  # fmt: skip
+
+
+def test_a_real_models_config_gives_its_context(tmp_path, capsys) -> None:
+    """The real engine: the target's config.json (max_position_embeddings), read in
+    preflight's node checks' way; the long prompt is one line among the node's findings."""
+    import json
+
+    from rayspec._config import load_config
+    from rayspec.tune._fit import check_prompt_lengths
+    from rayspec.tune._fit import served_context
+
+    model = tmp_path / "target"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"max_position_embeddings": 2048}))
+    server = {"engine": "sglang", "model_path": str(model), "draft_model_path": str(model)}
+    doc = twin_doc(str(tmp_path / "runs"), server=server)
+    doc["bench"] = {"prompts": _long_prompts(tmp_path, 3000)}
+    cfg = load_config(write_experiment(str(tmp_path), doc), [])
+    assert served_context(cfg) == (2048, f"{model}/config.json")
+    (line,) = check_prompt_lengths(cfg)
+    assert ":2: the prompt is 3,000 words" in line and "2,048 tokens" in line
+    doc["bench"]["scenarios"] = [{"name": "cut", "input_len": [100, 1000]}]
+    cfg = load_config(write_experiment(str(tmp_path), doc), [])
+    assert check_prompt_lengths(cfg) == []  # every prompt cut to 1,000 words at most

@@ -39,12 +39,14 @@ _EXPECTED = (
 
 @dataclasses.dataclass(frozen=True)
 class PromptRecord:
-    """One prompt of a set: its text, the category it is counted under, and the output length
-    the data gives it (``None``: the scenario's ``max_tokens``)."""
+    """One prompt of a set: its text, the category it is counted under, the output length
+    the data gives it (``None``: the scenario's ``max_tokens``), and the line of the file it
+    starts on (0: not from a file), for messages about it."""
 
     text: str
     category: str = DEFAULT_CATEGORY
     output_tokens: int | None = None
+    line: int = dataclasses.field(default=0, compare=False)
 
 
 def _turn_text(value: object) -> str | None:
@@ -110,7 +112,8 @@ def _record(obj: object, where: str) -> PromptRecord | None:
     if text is None:
         return None
     text = _sendable(text, "the prompt", where)
-    return PromptRecord(text=text, category=category, output_tokens=output_tokens)
+    line = int(where.rpartition(":")[2])  # where is FILE:LINE
+    return PromptRecord(text=text, category=category, output_tokens=output_tokens, line=line)
 
 
 # JSON's own whitespace (json.loads skips no other), and JSON Lines' line ends: \n, \r\n or \r,

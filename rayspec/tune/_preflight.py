@@ -20,6 +20,8 @@ from rayspec.search import validate_enqueue
 from rayspec.search._study import check_grid
 from rayspec.search._study import check_resumable
 from rayspec.store import StudyFolder
+from rayspec.tune._fit import check_arrivals
+from rayspec.tune._fit import check_prompt_lengths
 from rayspec.tune._node import NodeProbes
 from rayspec.tune._node import check_nccl_values
 from rayspec.tune._node import check_node
@@ -166,6 +168,15 @@ def _check_launch_inputs(cfg: ExperimentConfig) -> list[str]:
     return problems
 
 
+def _prompt_lengths(cfg: ExperimentConfig) -> list[str]:
+    """The prompts too long for the served model (``_fit``); a file that does not load is
+    :func:`_check_launch_inputs`' line, not a second one."""
+    try:
+        return check_prompt_lengths(cfg)
+    except (ConfigError, OSError, UnicodeDecodeError):
+        return []
+
+
 def _writable_folder(path: str) -> str:
     """Why ``path`` cannot hold a study's files ("" when it can): its nearest existing folder
     must take a new entry. A probe folder is made there and removed again, so nothing stays
@@ -236,7 +247,7 @@ def preflight(
     if launching:
         check_output_dir(cfg)
     local = not cfg.cluster.address
-    problems: list[str] = []
+    problems: list[str] = check_arrivals(cfg)
     if launching and not local:
         _probe_address(cfg.cluster.address)
     # A finished study starts no Ray and no server: this machine's ports, inputs and GPUs do
@@ -244,6 +255,7 @@ def preflight(
     on_this_machine = local and launching and _servers_start(cfg, space)
     if on_this_machine:
         problems += _check_launch_inputs(cfg)
+        problems += _prompt_lengths(cfg)
         if cfg.cluster.include_dashboard:
             problems += _problem(_check_dashboard, cfg)
         for slot in range(planned_local_slots(cfg)):
