@@ -5,6 +5,7 @@ exit 2, no traceback, nothing written; or, where nothing is wrong, no line at al
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -232,3 +233,60 @@ def test_a_real_models_config_gives_its_context(tmp_path, capsys) -> None:
     doc["bench"]["scenarios"] = [{"name": "cut", "input_len": [100, 1000]}]
     cfg = load_config(write_experiment(str(tmp_path), doc), [])
     assert check_prompt_lengths(cfg) == []  # every prompt cut to 1,000 words at most
+
+
+# -- TMPDIR and paths past the system's limits (issue 33, low) --------------------------------
+
+
+def test_a_tmpdir_that_is_a_file_is_named(tmp_path, capsys, monkeypatch, no_ray) -> None:
+    """Ray failed inside ray.init with "[Errno 20] Not a directory: '.../ray'; ... resume"
+    (exit 1), naming neither TMPDIR nor what to do."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(afile))
+    refused(
+        [experiment(tmp_path), port()], capsys,
+        f"TMPDIR: Ray's private cluster keeps its files in {afile}/ray: {afile} is not a folder",
+    )  # fmt: skip
+
+
+def test_a_tmpdir_too_long_for_rays_sockets_is_named(tmp_path, capsys, monkeypatch, no_ray):
+    """Ray's "validate_socket_filename failed: AF_UNIX path length cannot exceed 107 bytes"."""
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    monkeypatch.setenv("RAY_TMPDIR", str(deep))
+    line = refused([experiment(tmp_path), port()], capsys, "RAY_TMPDIR: ")
+    assert "is too long for Ray's sockets under it" in line and "at most 107" in line
+
+
+def test_a_tmpdir_ray_can_create_or_a_joined_cluster_is_fine(tmp_path, monkeypatch) -> None:
+    import tempfile
+
+    from rayspec._config import load_config
+    from rayspec.tune._preflight import _check_ray_temp
+
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="t") as short:  # room for the sockets
+        monkeypatch.setenv("TMPDIR", os.path.join(short, "new"))  # Ray creates it
+        assert _check_ray_temp(load_config(experiment(tmp_path), [])) == []
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    monkeypatch.setenv("TMPDIR", str(afile))
+    joined = load_config(experiment(tmp_path), ["cluster.address=127.0.0.1:6379"])
+    assert _check_ray_temp(joined) == []  # a joined cluster keeps its own folder
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+@pytest.mark.parametrize("where", ["name", "path"])
+def test_a_path_past_the_system_limit_is_named(where, dry_run, tmp_path, capsys, no_ray):
+    """Was "error: [Errno 36] File name too long: '<the whole 4,000-character path>'", exit 1."""
+    if where == "name":
+        out = tmp_path / ("x" * 300)
+        expected = "output.dir: the folder name 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx…' is 300"
+    else:
+        out = tmp_path.joinpath(*["abcdefghij" * 20] * 25)
+        expected = "output.dir: the study's files would have paths of "
+    argv = [experiment(tmp_path), f"output.dir={out}", port()]
+    line = refused(["--dry-run", *argv] if dry_run else argv, capsys, expected)
+    assert len(line) < 300, line

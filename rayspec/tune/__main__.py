@@ -127,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         launching = not (args.dry_run or args.print_config)
         if launching:  # a second driver on this study: said before preflight's port checks
             from rayspec.tune._lock import check_unlocked
+            from rayspec.tune._preflight import check_path_limits
+
+            check_path_limits(cfg)  # a path the system refuses: before the lock is looked at
 
             check_unlocked(cfg.out_dir)
         warnings = preflight(cfg, launching=launching, space=space)
