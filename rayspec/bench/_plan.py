@@ -101,7 +101,9 @@ class BenchPlan:
         temperature: sampling temperature (0.0 = greedy, as SGLang's own benchmarks).
         read_timeout_s: the longest gap allowed between two chunks of a stream; a longer gap
             is a stalled stream.
-        request_timeout_s: deadline for one whole request.
+        request_timeout_s: deadline for one whole request, and the bound of a Poisson run's
+            arrivals: ``(requests_per_run - 1) / request_rate`` must not be longer (a run's
+            wall time is bounded by its arrivals, then this per request on each stream).
         flush_cache: POST ``/flush_cache`` before each scenario's warm-up (resets the radix
             cache and SGLang's speculative counters).
         flush_between_runs: also flush before every measured run (no prefix-cache reuse from
@@ -166,6 +168,16 @@ class BenchPlan:
             value = getattr(self, key)
             if not (isinstance(value, int | float) and value > 0):
                 raise ConfigError(f"BenchPlan.{key}={value!r}: expected a positive number of s")
+        for sc in scenarios:  # a Poisson run's arrivals must fit the bound they are given
+            if sc.request_rate is not None and (sc.requests_per_run - 1) / sc.request_rate > (
+                self.request_timeout_s
+            ):
+                raise ConfigError(
+                    f"Scenario {sc.name!r}: request_rate={sc.request_rate:g} spreads a run's "
+                    f"{sc.requests_per_run} arrivals over "
+                    f"{(sc.requests_per_run - 1) / sc.request_rate:.0f} s on average, longer "
+                    f"than BenchPlan.request_timeout_s ({self.request_timeout_s:g} s)"
+                )
         if not 0 < self.cpu_warn_fraction <= 1:
             raise ConfigError(
                 f"BenchPlan.cpu_warn_fraction={self.cpu_warn_fraction!r}: expected (0, 1]"

@@ -13,6 +13,8 @@ import hashlib
 import json
 import pathlib
 import random
+import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from rayspec._exceptions import ConfigError
@@ -37,12 +39,14 @@ _EXPECTED = (
 
 @dataclasses.dataclass(frozen=True)
 class PromptRecord:
-    """One prompt of a set: its text, the category it is counted under, and the output length
-    the data gives it (``None``: the scenario's ``max_tokens``)."""
+    """One prompt of a set: its text, the category it is counted under, the output length
+    the data gives it (``None``: the scenario's ``max_tokens``), and the line of the file it
+    starts on (0: not from a file), for messages about it."""
 
     text: str
     category: str = DEFAULT_CATEGORY
     output_tokens: int | None = None
+    line: int = dataclasses.field(default=0, compare=False)
 
 
 def _turn_text(value: object) -> str | None:
@@ -67,6 +71,19 @@ def _first_user_turn(turns: object, role_key: str, text_key: str) -> str | None:
     return None
 
 
+def _sendable(text: str, what: str, where: str) -> str:
+    """``text`` as it can be sent (UTF-8); a lone surrogate (a JSON escape such as ``\\ud800``
+    with no partner) cannot be encoded, and every request with it would fail."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            f"{where}: {what} holds a lone surrogate (U+{ord(text[exc.start]):04X} at "
+            f"character {exc.start}), which no request can send as UTF-8; fix or drop the record"
+        ) from None
+    return text
+
+
 def _record(obj: object, where: str) -> PromptRecord | None:
     """The record ``obj`` (``None``: a conversation without a usable user turn, skipped)."""
     if not isinstance(obj, dict):
@@ -74,6 +91,7 @@ def _record(obj: object, where: str) -> PromptRecord | None:
     category = obj.get("category", DEFAULT_CATEGORY)
     if not isinstance(category, str) or not category:
         raise ConfigError(f"{where}: 'category' must be a non-empty string, got {category!r}")
+    _sendable(category, "'category'", where)
     output_tokens = obj.get("output_tokens")
     if output_tokens is not None and (
         isinstance(output_tokens, bool) or not isinstance(output_tokens, int) or output_tokens < 1
@@ -93,27 +111,102 @@ def _record(obj: object, where: str) -> PromptRecord | None:
         text = plain
     if text is None:
         return None
-    return PromptRecord(text=text, category=category, output_tokens=output_tokens)
+    text = _sendable(text, "the prompt", where)
+    line = int(where.rpartition(":")[2])  # where is FILE:LINE
+    return PromptRecord(text=text, category=category, output_tokens=output_tokens, line=line)
 
 
-def _parse(path: pathlib.Path) -> list[tuple[str, object]]:
-    """The file's objects with where each came from: a JSON array or JSON Lines."""
-    raw = path.read_text(encoding="utf-8")
-    if raw.lstrip().startswith("["):
-        try:
-            items = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from exc
-        return [(f"{path}: record {i}", obj) for i, obj in enumerate(items, start=1)]
-    objs: list[tuple[str, object]] = []
-    for lineno, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            objs.append((f"{path}:{lineno}", json.loads(line)))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-    return objs
+# JSON's own whitespace (json.loads skips no other), and JSON Lines' line ends: \n, \r\n or \r,
+# never the other characters str.splitlines takes for line breaks (U+2028, U+0085, \x0c...),
+# which JSON strings may hold as they are.
+_WS = re.compile(r"[ \t\n\r]*")
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def _skip_ws(text: str, pos: int) -> int:
+    found = _WS.match(text, pos)
+    return found.end() if found is not None else pos
+
+
+def _decoded(path: pathlib.Path) -> str:
+    """The file's text: UTF-8, with or without a byte order mark."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+            f"{exc.start}); save the file as UTF-8"
+        ) from None
+
+
+def _json(text: str, pos: int, where: str, path: pathlib.Path | None = None) -> tuple[object, int]:
+    """One JSON value at ``pos`` and where it ends; every way a value fails is one line, at
+    ``where`` (with ``path``: a syntax error at its own line of ``text``)."""
+    try:
+        return _DECODER.raw_decode(text, pos)
+    except json.JSONDecodeError as exc:
+        at = where if path is None else f"{path}:{exc.lineno}"
+        raise ConfigError(f"{at}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply for a JSON reader") from None
+    except ValueError as exc:  # an integer past Python's 4,300 digits
+        raise ConfigError(f"{where}: not a usable JSON value ({exc})") from None
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _records(path: pathlib.Path) -> Iterator[tuple[str, object]]:
+    """The file's values with where each starts (``FILE:LINE``), in order: a JSON array's
+    items, or one value per JSON Lines line (blank lines skipped)."""
+    text = _decoded(path)
+    start = _skip_ws(text, 0)
+    if text.startswith("[", start):
+        yield from _array_items(path, text, start + 1)
+        return
+    line = 1
+    pos = 0
+    for end in (*(m.start() for m in _LINE_END.finditer(text)), len(text)):
+        body = text[pos:end]
+        if body.strip(" \t"):
+            obj, stop = _json(body, _skip_ws(body, 0), f"{path}:{line}")
+            if body[stop:].strip(" \t"):
+                raise ConfigError(f"{path}:{line}: not valid JSON (more after the record)")
+            yield f"{path}:{line}", obj
+        line += 1
+        pos = end + (2 if text.startswith("\r\n", end) else 1)
+
+
+def _array_items(path: pathlib.Path, text: str, pos: int) -> Iterator[tuple[str, object]]:
+    """The items of the JSON array whose ``[`` ends at ``pos``, each with its line."""
+    line, counted = 1, 0
+
+    def where(at: int) -> str:
+        nonlocal line, counted
+        line += text.count("\n", counted, at)
+        counted = at
+        return f"{path}:{line}"
+
+    pos = _skip_ws(text, pos)
+    if text.startswith("]", pos):
+        pos += 1
+    else:
+        while True:
+            here = where(pos)
+            obj, pos = _json(text, pos, here, path)
+            yield here, obj
+            pos = _skip_ws(text, pos)
+            if text.startswith(",", pos):
+                pos = _skip_ws(text, pos + 1)
+                continue
+            if not text.startswith("]", pos):
+                raise ConfigError(f"{where(pos)}: not valid JSON (expected ',' or ']')")
+            pos += 1
+            break
+    if text[pos:].strip(" \t\n\r"):
+        raise ConfigError(f"{where(_skip_ws(text, pos))}: not valid JSON (more after the array)")
 
 
 @functools.lru_cache(maxsize=16)
@@ -151,10 +244,15 @@ def load_dataset(name_or_path: str) -> tuple[PromptRecord, ...]:
             f"prompt set {name_or_path!r}: neither a built-in set "
             f"({', '.join(builtin_prompt_sets())}) nor an existing JSON / JSONL file"
         )
-    objs = _parse(path)
-    if not objs:
+    records: list[PromptRecord] = []
+    seen = 0
+    for where, obj in _records(path):  # checked as read: the first bad record is the one named
+        seen += 1
+        record = _record(obj, where)
+        if record is not None:
+            records.append(record)
+    if not seen:
         raise ConfigError(f"{path}: the prompt set is empty")
-    records = [r for where, obj in objs if (r := _record(obj, where)) is not None]
     if not records:
         raise ConfigError(f"{path}: no record has a user turn; {_EXPECTED}")
     return tuple(records)

@@ -8,6 +8,7 @@ import logging
 import math
 import random
 import time
+from collections.abc import Awaitable
 from collections.abc import Callable
 from typing import Any
 from typing import Protocol
@@ -223,6 +224,33 @@ def arrival_offsets(scenario: Scenario, run: int, n: int, shard: Shard = Shard()
     return offsets
 
 
+def run_bound_s(plan: BenchPlan, scenario: Scenario, offsets: list[float], streams: int) -> float:
+    """The most wall time one run may take: its last arrival, then its requests one after
+    another on each of its ``streams`` streams, each within ``plan.request_timeout_s`` (a
+    closed loop's arrivals are all at once). Every request has its own deadline, so the bound
+    holds unless a wait escapes them; it is the run's guarantee, not an estimate."""
+    n = len(offsets)
+    waves = -(-n // max(1, streams))  # ceil: the requests one stream may have to carry
+    return (offsets[-1] if offsets else 0.0) + waves * plan.request_timeout_s + _RUN_SLACK_S
+
+
+# Past the requests' own deadlines: the flush-free bookkeeping of a run.
+_RUN_SLACK_S = 5.0
+
+
+def _past_bound(
+    scenario: Scenario, run: int, i: int, bound_s: float, category: str
+) -> RequestRecord:
+    """A request the run's bound cut off (never sent, or not finished)."""
+    return RequestRecord(
+        scenario=scenario.name, run=run, index=i, concurrency=scenario.concurrency,
+        prompt_tokens=0, completion_tokens=0, ttft_ms=math.nan, e2e_ms=math.nan, itl_ms=(),
+        start_unix_s=time.time(), category=category, failure=FailureReason.STALLED_STREAM,
+        error=f"the run passed its bound of {bound_s:.0f} s (its arrivals, then "
+        "bench.request_timeout_s per request on each stream) before this request ended",
+    )  # fmt: skip
+
+
 async def _one_run(
     client: StreamClient,
     plan: BenchPlan,
@@ -250,32 +278,16 @@ async def _one_run(
             paced=paced,
         )
 
+    offsets = arrival_offsets(scenario, run, len(mine), shard) if paced else [0.0] * len(mine)
+    bound_s = run_bound_s(plan, scenario, offsets, streams)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    if not mine or streams == 0:
-        pass
-    elif not paced:
-        pending = iter(mine)
-
-        async def worker() -> None:
-            for i in pending:  # a shared iterator: each index is taken exactly once
-                await send(i)
-
-        await asyncio.gather(*(worker() for _ in range(min(streams, len(mine)))))
-    else:
-        gate = asyncio.Semaphore(streams)
-
-        async def gated(i: int) -> None:
-            async with gate:
-                await send(i)
-
-        tasks = []
-        begin = time.perf_counter()
-        for i, offset in zip(mine, arrival_offsets(scenario, run, len(mine), shard), strict=True):
-            delay = begin + offset - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(gated(i)))
-        await asyncio.gather(*tasks)
+    try:
+        async with asyncio.timeout(bound_s):  # every scenario's run ends, whatever it waits on
+            await _send_all(send, mine, offsets, streams, paced)
+    except TimeoutError:
+        for i in mine:
+            if i not in records:
+                records[i] = _past_bound(scenario, run, i, bound_s, inputs[i].category)
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
     done = tuple(records[i] for i in sorted(records))
@@ -297,6 +309,46 @@ async def _one_run(
             100 * report.client_cpu_fraction,
         )
     return report
+
+
+async def _send_all(
+    send: Callable[[int], Awaitable[None]],
+    mine: list[int],
+    offsets: list[float],
+    streams: int,
+    paced: bool,
+) -> None:
+    """Send requests ``mine``: a closed loop on ``streams`` streams, or (``paced``) each at its
+    arrival offset, at most ``streams`` in flight."""
+    if not mine or streams == 0:
+        return
+    if not paced:
+        pending = iter(mine)
+
+        async def worker() -> None:
+            for i in pending:  # a shared iterator: each index is taken exactly once
+                await send(i)
+
+        await asyncio.gather(*(worker() for _ in range(min(streams, len(mine)))))
+        return
+    gate = asyncio.Semaphore(streams)
+
+    async def gated(i: int) -> None:
+        async with gate:
+            await send(i)
+
+    tasks = []
+    begin = time.perf_counter()
+    try:
+        for i, offset in zip(mine, offsets, strict=True):
+            delay = begin + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(gated(i)))
+        await asyncio.gather(*tasks)
+    finally:  # cut off by the run's bound: no request outlives its run
+        for task in tasks:
+            task.cancel()
 
 
 async def arun_benchmark(

@@ -4,7 +4,8 @@ experiment.
 The only module that prints for the study or calls ``sys.exit``. Exit codes: 0 done, 2 bad
 input (nothing started), 1 an unexpected error, no trial measured, or a study that cannot go
 on as it is (the same startup failure twice in a row: one ``error:`` line says why), 130
-interrupted (run it again to resume).
+interrupted (Ctrl-C, SIGTERM or SIGHUP, to the driver or its whole process group; run it again
+to resume).
 """
 
 from __future__ import annotations
@@ -99,6 +100,11 @@ def _error(message: str, code: int) -> int:
     return code
 
 
+# What a batch system (timeout, Slurm's scancel, systemd) or a closed terminal sends; Ctrl-C's
+# SIGINT is Python's KeyboardInterrupt already.
+INTERRUPTS = (signal.SIGTERM, signal.SIGHUP)
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     del frame
     raise KeyboardInterrupt(f"signal {signum}")
@@ -124,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
         launching = not (args.dry_run or args.print_config)
         if launching:  # a second driver on this study: said before preflight's port checks
             from rayspec.tune._lock import check_unlocked
+            from rayspec.tune._preflight import check_path_limits
+
+            check_path_limits(cfg)  # a path the system refuses: before the lock is looked at
 
             check_unlocked(cfg.out_dir)
         warnings = preflight(cfg, launching=launching, space=space)
@@ -138,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.dry_run:
         return _dry_run(cfg, space)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    for signum in INTERRUPTS:  # stop the servers and exit 130, as Ctrl-C does
+        signal.signal(signum, _raise_interrupt)
     try:
         return _run(cfg, space)
     except KeyboardInterrupt:
@@ -212,10 +222,7 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
         # this experiment, so a changed server.port reaches both.
         outcome = run_study(cfg, printer=_say, write_report=True, space=space)
     else:
-        cluster = connect(cfg)
-        # ray.init installs its own SIGTERM handler (it aborts the process): ours goes on top,
-        # so SIGTERM stops the servers and exits 130 like Ctrl-C.
-        signal.signal(signal.SIGTERM, _raise_interrupt)
+        cluster = connect(cfg)  # puts back our SIGTERM handler, which ray.init replaces
         _say(cluster.describe())
         # A live display on a terminal; today's plain lines otherwise (CI, pipes, logs).
         progress = make_progress(

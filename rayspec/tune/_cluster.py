@@ -5,14 +5,26 @@ always ``address="local"``, and resources are given only when we start it (Ray r
 ``num_cpus``/``num_gpus`` when joining). The private cluster listens on loopback only
 (:mod:`rayspec.tune._loopback`), and its workers run at the node's niceness, not Ray's 15
 (the bench client times tokens); a joined cluster keeps its own binding, auth and niceness.
+
+The private cluster's processes run in process groups of their own (:func:`apart_from_group`):
+a signal to the driver's process group (``timeout``, Slurm's ``scancel``, systemd, a closed
+terminal) reaches the driver alone, which stops the servers and then the cluster as on Ctrl-C.
+In the driver's group, Ray's GCS and raylet took SIGTERM at the same moment and shut down
+half-way, so the driver could no longer stop its actors: it hung for the rest of the trial's
+benchmark, or 60 s until Ray gave up on its GCS and aborted it with exit code 1.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 from rayspec._config import Engine
 from rayspec._config import ExperimentConfig
@@ -70,6 +82,65 @@ def _usable_nodes(node_resource: str) -> list[dict[str, float]]:
     return out
 
 
+# Signals a batch system or a terminal sends the driver's whole process group; the driver turns
+# each into an interrupt (rayspec.tune.__main__). Ray already blocks SIGINT in its processes.
+GROUP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _services() -> Any:
+    import ray._private.services as services
+
+    return services
+
+
+def apart_supported() -> bool:
+    """Whether this Ray spawns its processes through the one class :func:`apart_from_group`
+    replaces (Ray 2.x's ``ray._private.services.ConsolePopen``)."""
+    return isinstance(getattr(_services(), "ConsolePopen", None), type)
+
+
+@contextmanager
+def apart_from_group() -> Iterator[None]:
+    """While Ray starts: each process it spawns (GCS, raylet and, under the raylet, its agents)
+    leads a process group of its own, and the group's signals wait until the driver's own
+    handlers are back.
+
+    Their lives stay tied to the driver: Ray's kernel fate sharing (``PR_SET_PDEATHSIG``) ends
+    them when the driver dies, whichever group they are in. ``ray.init`` replaces the SIGTERM
+    handler; the caller's is put back on exit, and a SIGTERM or SIGHUP that came meanwhile is
+    delivered to it then (blocked, not lost). Ray's workers already lead groups of their own.
+    """
+    services = _services()
+    base = services.ConsolePopen if apart_supported() else None
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+
+    class _OwnGroup(base or object):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            inner = kwargs.get("preexec_fn")
+
+            def preexec() -> None:  # in the child, before exec: Ray's, then the mask back
+                if inner is not None:
+                    inner()
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, GROUP_SIGNALS)
+
+            kwargs["preexec_fn"] = preexec
+            kwargs.setdefault("process_group", 0)
+            super().__init__(*args, **kwargs)
+
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, GROUP_SIGNALS)
+    if base is not None:
+        services.ConsolePopen = _OwnGroup
+    try:
+        yield
+    finally:
+        if base is not None:
+            services.ConsolePopen = base
+        if main and handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending signal is handled now
+
+
 def room(tp_size: int, node_resource: str = "", max_concurrent_trials: int = 0) -> int:
     """Trials that fit on the cluster at once: over the alive nodes (those declaring
     ``node_resource`` when it is set), the sum of each node's ``GPUs // tp_size`` (a trial's
@@ -102,14 +173,26 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
         # Ray starts its workers at niceness 15; the bench client times tokens and must not
         # queue behind the node's other work (the server itself is reset by its reaper).
         os.environ.setdefault("RAY_worker_niceness", "0")
+    try:
+        return _connected(cfg, chose_no_auth, on_loopback)
+    except BaseException:  # an interrupt that waited for ray.init, or a refusal: no cluster left
+        ray.shutdown()
+        raise
+
+
+def _connected(cfg: ExperimentConfig, chose_no_auth: bool, on_loopback: bool) -> ClusterHandle:
+    import ray
+
+    cl = cfg.cluster
     tp = cfg.server.tp_size
     if cl.address:
-        ctx = ray.init(address=cl.address, logging_level=logging.WARNING, log_to_driver=False)
+        with apart_from_group():  # nothing is spawned: the caller's SIGTERM handler comes back
+            ctx = ray.init(address=cl.address, logging_level=logging.WARNING, log_to_driver=False)
     else:
         num_gpus = cl.num_gpus
         if num_gpus is None and cfg.server.engine is Engine.twin:
             num_gpus = tp * max(1, cl.max_concurrent_trials)  # the twin's GPUs are declared
-        with loopback_node() if on_loopback else nullcontext():
+        with loopback_node() if on_loopback else nullcontext(), apart_from_group():
             ctx = ray.init(
                 address="local",
                 num_cpus=cl.num_cpus,
@@ -118,13 +201,14 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
                 resources={cl.node_resource: 1.0} if cl.node_resource else None,
                 include_dashboard=cl.include_dashboard,
                 dashboard_host=cl.dashboard_host,
-                dashboard_port=cl.dashboard_port,
+                # Ray binds a port it is given even with the dashboard off (its API server
+                # runs headless), and logs "Failed to bind" when it is taken: none given then.
+                dashboard_port=cl.dashboard_port if cl.include_dashboard else None,
                 logging_level=logging.WARNING,
                 log_to_driver=False,
             )
         node_ip = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
         if chose_no_auth and node_ip != LOOPBACK:
-            ray.shutdown()
             raise RayspecError(
                 f"the private Ray cluster took node IP {node_ip}, not {LOOPBACK}, so it would "
                 "listen beyond loopback with auth off; set RAY_AUTH_MODE=token and run again"
@@ -133,7 +217,6 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
     gpus = sum(n.get("GPU", 0.0) for n in nodes)
     capacity = room(tp, cl.node_resource)
     if capacity < 1:
-        ray.shutdown()
         if cl.node_resource and not nodes:
             raise ConfigError(
                 f"cluster.node_resource: no alive node declares {cl.node_resource!r}"

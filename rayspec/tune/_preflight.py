@@ -21,12 +21,20 @@ from rayspec.search._resume import check_grid
 from rayspec.search._resume import check_resumable
 from rayspec.store import StudyFolder
 from rayspec.store import check_folder
+from rayspec.tune._fit import check_arrivals
+from rayspec.tune._fit import check_prompt_lengths
 from rayspec.tune._node import NodeProbes
 from rayspec.tune._node import check_nccl_values
 from rayspec.tune._node import check_node
 from rayspec.tune._node import default_probes
 
-__all__ = ["check_output_dir", "check_port_free", "planned_local_slots", "preflight"]
+__all__ = [
+    "check_output_dir",
+    "check_path_limits",
+    "check_port_free",
+    "planned_local_slots",
+    "preflight",
+]
 
 # How long preflight waits for an answer at cluster.address.
 ADDRESS_PROBE_S = 3.0
@@ -169,6 +177,15 @@ def _check_launch_inputs(cfg: ExperimentConfig) -> list[str]:
     return problems
 
 
+def _prompt_lengths(cfg: ExperimentConfig) -> list[str]:
+    """The prompts too long for the served model (``_fit``); a file that does not load is
+    :func:`_check_launch_inputs`' line, not a second one."""
+    try:
+        return check_prompt_lengths(cfg)
+    except (ConfigError, OSError, UnicodeDecodeError):
+        return []
+
+
 def _writable_folder(path: str) -> str:
     """Why ``path`` cannot hold a study's files ("" when it can): its nearest existing folder
     must take a new entry. A probe folder is made there and removed again, so nothing stays
@@ -187,6 +204,98 @@ def _writable_folder(path: str) -> str:
     except OSError as exc:
         return f"cannot create folders in {folder} ({exc.strerror or exc})"
     return ""
+
+
+# The longest name the study writes under its folder (a request file's temporary copy), with
+# room to spare: the folder's path must leave this much of the system's path limit.
+_LONGEST_ENTRY = "requests/.trial-000000.parquet.tmp-0123456789abcdef"
+# AF_UNIX socket paths (Linux): Ray puts its private cluster's sockets under its temp folder.
+_SOCKET_PATH_MAX = 107
+_RAY_SOCKET = "session_2026-01-01_00-00-00_000000_{pid}/sockets/plasma_store"
+
+
+def _nearest_folder(path: str) -> str:
+    folder = os.path.abspath(path)
+    while not os.path.isdir(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return folder
+
+
+def _limit(folder: str, name: str, default: int) -> int:
+    try:
+        return int(os.pathconf(folder, name))
+    except (OSError, ValueError):
+        return default
+
+
+def _clip(text: str, n: int = 40) -> str:
+    return text if len(text) <= n else f"{text[:n]}…"
+
+
+def _path_problem(key: str, path: str) -> str:
+    """Why ``path`` (a folder to create and write in) is past the system's path limits ("":
+    it is not). The file system refuses such a path with ENAMETOOLONG, at whatever write
+    comes first."""
+    full = os.path.abspath(path)
+    existing = _nearest_folder(full)
+    name_max = _limit(existing, "PC_NAME_MAX", 255)
+    for part in full.split(os.sep):
+        if len(part.encode("utf-8", "surrogateescape")) > name_max:
+            return (
+                f"{key}: the folder name {_clip(part)!r} is {len(part):,} characters, past this "
+                f"file system's limit of {name_max} for one name; choose a shorter {key}"
+            )
+    path_max = _limit(existing, "PC_PATH_MAX", 4096)
+    need = len(os.path.join(full, _LONGEST_ENTRY).encode("utf-8", "surrogateescape"))
+    if need >= path_max:
+        return (
+            f"{key}: the study's files would have paths of {need:,} bytes "
+            f"({_clip(full)}), past this system's limit of {path_max} for a path; choose a "
+            f"shorter {key}"
+        )
+    return ""
+
+
+def check_path_limits(cfg: ExperimentConfig) -> None:
+    """The study folder (``output.dir`` and ``study.name``) and a journal kept elsewhere fit
+    the system's limits on a name and a path (before anything reads them).
+
+    Raises:
+        ConfigError: one line naming ``output.dir`` (or ``study.storage``).
+    """
+    why = _path_problem("output.dir", cfg.out_dir)
+    url = cfg.storage_url
+    if not why and "://" not in url:
+        why = _path_problem("study.storage", os.path.dirname(os.path.abspath(url)))
+    if why:
+        raise ConfigError(why)
+
+
+def _check_ray_temp(cfg: ExperimentConfig) -> list[str]:
+    """The folder a private Ray cluster keeps its sockets and logs in (``RAY_TMPDIR``, else
+    ``TMPDIR``, else /tmp: Ray's rule) can hold them: a file there, or a path too long for a
+    Unix socket, failed inside ``ray.init`` with a line that named neither variable."""
+    if cfg.cluster.address:
+        return []  # a joined cluster keeps its own
+    key = next((k for k in ("RAY_TMPDIR", "TMPDIR") if k in os.environ), "")
+    base = os.environ[key] if key else os.path.join(os.sep, "tmp")
+    name = key or "TMPDIR (unset: /tmp)"
+    ray_dir = os.path.join(base, "ray")
+    fix = f"set {key or 'TMPDIR'} to a short writable folder, e.g. {key or 'TMPDIR'}=/tmp"
+    why = _writable_folder(ray_dir)
+    if why:
+        return [f"{name}: Ray's private cluster keeps its files in {ray_dir}: {why}; {fix}"]
+    socket = os.path.join(os.path.abspath(ray_dir), _RAY_SOCKET.format(pid=os.getpid()))
+    if len(socket.encode("utf-8", "surrogateescape")) > _SOCKET_PATH_MAX:
+        return [
+            f"{name}: {_clip(base)} is too long for Ray's sockets under it ("
+            f"{len(socket.encode('utf-8', 'surrogateescape'))} bytes, at most "
+            f"{_SOCKET_PATH_MAX} for a Unix socket path); {fix}"
+        ]
+    return []
 
 
 def check_output_dir(cfg: ExperimentConfig) -> None:
@@ -231,6 +340,7 @@ def preflight(
     Raises:
         ConfigError: one line per problem (the CLI prefixes the first with ``error: ``).
     """
+    check_path_limits(cfg)
     _check_storage(cfg)
     space = space or SearchSpace.from_config(cfg.search)
     check_grid(cfg, space)
@@ -242,7 +352,7 @@ def preflight(
     if launching:
         check_output_dir(cfg)
     local = not cfg.cluster.address
-    problems: list[str] = []
+    problems: list[str] = check_arrivals(cfg)
     if launching and not local:
         _probe_address(cfg.cluster.address)
     # A finished study starts no Ray and no server: this machine's ports, inputs and GPUs do
@@ -250,6 +360,8 @@ def preflight(
     on_this_machine = local and launching and _servers_start(cfg, space)
     if on_this_machine:
         problems += _check_launch_inputs(cfg)
+        problems += _prompt_lengths(cfg)
+        problems += _check_ray_temp(cfg)
         if cfg.cluster.include_dashboard:
             problems += _problem(_check_dashboard, cfg)
         for slot in range(planned_local_slots(cfg)):
