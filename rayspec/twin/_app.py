@@ -360,6 +360,9 @@ class TwinServer:
             "queues": {"waiting": eng.num_waiting, "grammar": 0, "paused": 0, "retracted": 0,
                        "prealloc_ready": 0},
         }  # fmt: skip
+        if eng.spec is not None:  # the latest decode-log window's, as SGLang's scheduler keeps
+            load["speculative"] = {"accept_length": eng.stats.last_accept_length,
+                                   "accept_rate": eng.stats.last_accept_rate}  # fmt: skip
         stamp = datetime.datetime.now(datetime.UTC).isoformat()
         return web.json_response({
             "timestamp": stamp, "version": self.version_text, "accelerator": None,
@@ -660,7 +663,7 @@ class TwinServer:
         )
         if final:
             meta["weight_versions"] = weight_versions(req.output_tokens)
-        meta["cached_tokens_details"] = {"device": 0, "host": 0}
+        meta["cached_tokens_details"] = None  # SGLang's when no token was cached (no cache here)
         meta["dp_rank"] = None
         if first or (final and (metrics or not stream)):
             meta["response_sent_to_client_ts"] = unix + first_token

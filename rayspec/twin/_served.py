@@ -93,7 +93,12 @@ def describe(profile: Profile) -> str:
 
 
 def mismatches(
-    profile: Profile, model_path: str, tp_size: int, folder: ModelFolder | None = None
+    profile: Profile,
+    model_path: str,
+    tp_size: int,
+    folder: ModelFolder | None = None,
+    *,
+    names: tuple[str, str, str] = ("--tp-size", "--model-path", " "),
 ) -> list[str]:
     """One line per way the served model or TP size is not what ``profile`` describes.
 
@@ -103,14 +108,17 @@ def mismatches(
             study without ``server.model_path`` is the profile's own model).
         tp_size: ``--tp-size``.
         folder: ``read_model_folder(model_path)``, when the caller has read it.
+        names: how the lines name the TP size and the model path, and what joins a name to
+            its value (the flags; a study's preflight says ``server.tp_size=4``).
     """
     out = []
+    tp_name, model_name, sep = names
     ranks = profile.hardware.n_ranks
     if tp_size != ranks:
         out.append(
-            f"--tp-size {tp_size}: {describe(profile)} describes TP {ranks} only; the timings "
-            f"are TP {ranks}'s, not TP {tp_size}'s (use --tp-size {ranks}, or a profile of "
-            f"TP {tp_size})"
+            f"{tp_name}{sep}{tp_size}: {describe(profile)} describes TP {ranks} only; the "
+            f"timings are TP {ranks}'s, not TP {tp_size}'s (use {tp_name}{sep}{ranks}, or a "
+            f"profile of TP {tp_size})"
         )
     if model_path.startswith(PLACEHOLDER_PREFIX):
         return out
@@ -118,14 +126,14 @@ def mismatches(
     model = profile.model
     if folder is None:
         out.append(
-            f"--model-path {model_path}: not a local model folder, so not read; the timings "
-            f"are those of {describe(profile)}, whatever model the path names"
+            f"{model_name}{sep}{model_path}: not a local model folder, so not read; the "
+            f"timings are those of {describe(profile)}, whatever model the path names"
         )
         return out
     shape = (folder.architecture, folder.hidden, folder.layers)
     if shape != (model.architecture, model.hidden, model.layers):
         out.append(
-            f"--model-path {model_path}: a {folder.architecture} ({folder.hidden} hidden, "
+            f"{model_name}{sep}{model_path}: a {folder.architecture} ({folder.hidden} hidden, "
             f"{folder.layers} layers), not the model of {describe(profile)}; the timings are "
             "the profile's model's"
         )
