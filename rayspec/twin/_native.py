@@ -239,7 +239,15 @@ def _submit_all(
     """
     if not keys:
         raise Refused("Either text, input_ids or input_embeds should be provided.")
+    if len(sps) != len(keys):  # SGLang indexes one per prompt (and fails past the end)
+        raise Refused("The length of sampling_params should be equal to the batch size.")
     rid = body.get("rid")
+    if rid is not None and not isinstance(rid, str | list):
+        raise Refused("The rid should be a string or a list of strings.")
+    if isinstance(rid, list) and len(rid) != len(keys):
+        raise Refused(
+            "The specified rids length mismatch with the batch_size for batch processing."
+        )
     rids = rid if isinstance(rid, list) else [rid] * len(keys)
     planned: list[tuple[str, int, int, Stops, Any]] = []
     for key, count, one, r in zip(keys, counts, sps, rids, strict=False):

@@ -67,17 +67,23 @@ class LagProbe:
         self.period_s = period_s
         self.max_lag_s = 0.0
         self.max_wall_s = 0.0
+        self._epoch = 0
         self._task: asyncio.Task[None] | None = None
 
     async def _run(self) -> None:
         while True:
-            cpu, wall = time.thread_time(), time.perf_counter()
+            epoch, cpu, wall = self._epoch, time.thread_time(), time.perf_counter()
             await asyncio.sleep(self.period_s)
+            if epoch != self._epoch:  # begun before reset(), maybe while the loop was stopped
+                continue
             self.max_lag_s = max(self.max_lag_s, time.thread_time() - cpu)
             self.max_wall_s = max(self.max_wall_s, time.perf_counter() - wall - self.period_s)
 
     def reset(self) -> None:
+        """Forget what was measured; the interval under way (which may span time the loop
+        did not run at all, between ``run_until_complete`` calls) is not counted."""
         self.max_lag_s = self.max_wall_s = 0.0
+        self._epoch += 1
 
     def __enter__(self) -> LagProbe:
         self._task = asyncio.get_running_loop().create_task(self._run())
