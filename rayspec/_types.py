@@ -204,8 +204,11 @@ class RequestRecord:
     not SGLang's lifetime average. ``accept_histogram`` is SGLang's
     ``spec_correct_drafts_histogram`` of this request: element ``i`` counts the verify steps
     that accepted ``i`` drafts (its length is the most accepted, plus one; it sums to
-    ``spec_verify_ct``). ``category`` is the prompt's category in its set (``"default"`` for a
-    set without categories). ``sim_start_s`` is the arrival of a twin-timed request of a closed
+    ``spec_verify_ct``). ``ttft_ms`` is to the first chunk carrying tokens (the report's TTFT),
+    ``ttft_text_ms`` to the first chunk with text (outside clients' TTFT; see
+    :class:`~rayspec.bench.StreamClient`). ``category`` is the prompt's category in its set
+    (``"default"`` for a set without categories). ``sim_start_s`` is the arrival of a
+    twin-timed request of a closed
     loop on that clock (None otherwise). A failed request has ``failure`` (its class) and
     ``error`` (what happened); either alone is normalised to both at construction.
     """
@@ -230,6 +233,10 @@ class RequestRecord:
     # Seconds on the twin's simulated clock: under load the run's span is taken from these
     # (run_tok_s), so a twin run's throughput does not depend on the host's speed.
     sim_start_s: float | None = None
+    # To the first chunk with non-empty text, as bench_serving, AIPerf and the openai client
+    # time TTFT (ttft_ms, the report's, is to the first chunk carrying tokens); None: no text
+    # came, or not measured (simulated requests, rows written before the column).
+    ttft_text_ms: float | None = None
 
     def __post_init__(self) -> None:
         # Normalise once: the class is typed (text is accepted, as stored), and a message

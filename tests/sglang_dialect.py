@@ -3,7 +3,13 @@ to real SGLang, and what comes back is compared by key sets and value types, rec
 by value.
 
 ``probe`` sends every request rayspec sends (and those outside clients send: the OpenAI stream
-and non-stream forms, ``/tokenize``, ``/detokenize``, ``/v1/models``) and keeps the answers;
+and non-stream forms, ``/tokenize``, ``/detokenize``, ``/v1/models``), then the error and edge
+requests of ``EDGE_PROBES`` (refusals of every layer, budgets past the context length, ``n``,
+logprobs, ``/v1/loads``, ``/model_info``, 404 and 405), and keeps the answers; where a value
+matters, not only its type (the status, the content type, an id's form, the context length),
+it is part of the answer's keys (``"400 application/json"``), so a different value is a
+different shape. ``probe_textless`` is the stream of an answer whose tokens have no text (the
+always-agreeing pair's: token 0, a special token; the twin's ``--twin-text pad``);
 ``log_answers`` reads the log lines rayspec parses, with rayspec's own parsers; ``shapes`` turns
 answers into ``{probe: {path: [types]}}``. ``READS`` lists what rayspec reads, with the code that
 reads it. ``problems`` holds the rules: every read path in both with one type; every probe but
@@ -39,6 +45,13 @@ RECORDED = Path(__file__).parent / "data" / "sglang-0.5.23-dialect.json"
 # TWIN_FLAGS of its own to skip pacing).
 EAGLE3 = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "2",
           "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3")  # fmt: skip
+# The always-agreeing pair's (tests/real_sglang: AGREE): its every token is token 0, a special
+# token with no text; the twin answers so with --twin-text pad (TEXTLESS_FLAGS).
+AGREE_EAGLE3 = ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+                "--speculative-eagle-topk", "1",
+                "--speculative-num-draft-tokens", "4")  # fmt: skip
+TEXTLESS_FLAGS = ("--twin-text", "pad")
+MODES = ("plain", "spec", "agree")  # the compared servers (recorded shapes, by mode)
 CPU_FLAGS = ("--device", "cpu", "--disable-overlap-schedule", "--max-total-tokens", "4096",
              "--sleep-on-idle", "--enable-metrics", "--dtype", "bfloat16",
              "--attention-backend", "intel_amx")  # fmt: skip
@@ -76,7 +89,6 @@ READS: dict[str, tuple[str, ...]] = {
     ),
     "completions_stream.final": ("choices[].finish_reason", "usage.completion_tokens"),
     "completions_stream.usage": ("choices", "usage.completion_tokens", "usage.prompt_tokens"),
-    "completions_stream.order": ("order",),
     # bench/_runner.py afetch_server_view, server/_backends.py _server_info
     "get_server_info": ("internal_states", "internal_states[].last_gen_throughput"),
     "server_info": ("internal_states", "internal_states[].last_gen_throughput"),
@@ -103,6 +115,7 @@ READS: dict[str, tuple[str, ...]] = {
     # what StreamClient.measure makes of it all (the requests table)
     "client.generate": ("prompt_tokens", "completion_tokens", "ttft_ms", "output_ids"),
     "client.completions": ("prompt_tokens", "completion_tokens", "ttft_ms"),
+    "client.chat": ("prompt_tokens", "completion_tokens", "ttft_ms"),
 }
 SPEC_READS: dict[str, tuple[str, ...]] = {
     "generate_stream.final": (
@@ -118,21 +131,26 @@ SPEC_READS: dict[str, tuple[str, ...]] = {
     "log.decode": ("accept_len", "accept_rate"),
     "client.generate": ("spec_verify_ct", "accept_length", "accept_histogram"),
     "client.completions": ("spec_verify_ct", "accept_length", "accept_histogram"),
+    "client.chat": ("spec_verify_ct", "accept_length", "accept_histogram"),
 }  # fmt: skip
 
 
-def server_flags(target: str, draft: str | None) -> list[str]:
-    """The flags of the compared server: ``draft`` given, the EAGLE-3 chain with it."""
+def server_flags(target: str, draft: str | None, eagle: tuple[str, ...] = EAGLE3) -> list[str]:
+    """The flags of the compared server: ``draft`` given, EAGLE-3 (``eagle``) with it."""
     flags = ["--model-path", target, *CPU_FLAGS]
     if draft is not None:
-        flags += [*EAGLE3, "--speculative-draft-model-path", draft]
+        flags += [*eagle, "--speculative-draft-model-path", draft]
     return flags
 
 
 def load_recorded() -> dict[str, dict[str, Shape]]:
-    """Real SGLang's recorded shapes: ``{"plain": {probe: shape}, "spec": {...}}``."""
+    """Real SGLang's recorded shapes: ``{"plain": {probe: shape}, "spec": ..., "agree": ...}``."""
     data = json.loads(RECORDED.read_text())
-    return {mode: data[mode] for mode in ("plain", "spec")}
+    return {
+        mode: {name: _normal(shape) for name, shape in data[mode].items()}
+        for mode in MODES
+        if mode in data
+    }
 
 
 def recordable(real: Mapping[str, Shape], twin: Mapping[str, Shape]) -> dict[str, Shape]:
@@ -200,8 +218,19 @@ def flatten(value: Any, prefix: str = "") -> Shape:
     return {path: sorted(types) for path, types in found.items()}
 
 
+# A completion's top_logprobs are maps keyed by token text: one shape whatever the tokens.
+_TOKEN_KEYS = re.compile(r"(logprobs\.top_logprobs\[\])\..*$")
+
+
+def _normal(shape: Shape) -> Shape:
+    out: dict[str, set[str]] = {}
+    for path, types in shape.items():
+        out.setdefault(_TOKEN_KEYS.sub(r"\1.<token>", path), set()).update(types)
+    return {path: sorted(types) for path, types in out.items()}
+
+
 def shapes(answers: Mapping[str, Any]) -> dict[str, Shape]:
-    return {name: flatten(value) for name, value in answers.items()}
+    return {name: _normal(flatten(value)) for name, value in answers.items()}
 
 
 def _compatible(a: list[str], b: list[str]) -> bool:
@@ -250,6 +279,19 @@ TWIN_ONLY_OK = {  # prefixes of paths only the twin has, by design
 }
 
 
+# Paths only real SGLang has, by design: its prefix cache's hits (the twin has no prefix cache:
+# cached_tokens is 0, and SGLang sends cached_tokens_details null then).
+REAL_ONLY_OK = ("cached_tokens_details.",)
+
+
+def _twin_only_ok(name: str, path: str) -> bool:
+    """Whether ``path`` of probe ``name`` is one only the twin has, by design (every /generate
+    answer's simulated clock, wherever the answer sits in the probe)."""
+    if name.startswith("generate") and "meta_info.rayspec_twin" in path:
+        return True
+    return path.startswith(TWIN_ONLY_OK.get(name, ()))
+
+
 def problems(real: Mapping[str, Shape], twin: Mapping[str, Shape], spec: bool) -> list[str]:
     """Where the twin's shapes break the contract with real SGLang's, one line each."""
     out = []
@@ -264,13 +306,15 @@ def problems(real: Mapping[str, Shape], twin: Mapping[str, Shape], spec: bool) -
                            "in the twin")  # fmt: skip
     for name in sorted(set(real) | set(twin)):
         d = diff(real.get(name, {}), twin.get(name, {}))
-        invented = [p for p in d.only_twin if not p.startswith(TWIN_ONLY_OK.get(name, ()))]
+        invented = [p for p in d.only_twin if not _twin_only_ok(name, p)]
         if name in ONE_WAY:
             if invented or d.mistyped:
                 out.append(f"{name}: twin-only {invented}, mistyped {list(d.mistyped)}")
-        elif d.only_real or invented or d.mistyped:
-            out.append(f"{name}: real-only {list(d.only_real)}, twin-only {invented}, "
-                       f"mistyped {list(d.mistyped)}")  # fmt: skip
+        else:
+            missing = [p for p in d.only_real if not any(ok in p for ok in REAL_ONLY_OK)]
+            if missing or invented or d.mistyped:
+                out.append(f"{name}: real-only {missing}, twin-only {invented}, "
+                           f"mistyped {list(d.mistyped)}")  # fmt: skip
     return out
 
 
@@ -303,6 +347,8 @@ def _role(chunk: dict[str, Any]) -> str:
             return "final"
         delta = choice.get("delta") or {}
         return "role" if "role" in delta else "content"
+    if "error" in chunk:
+        return "error"
     if chunk.get("sglext"):
         return "sglext"
     return "usage" if chunk.get("usage") else "empty"
@@ -317,7 +363,7 @@ def _by_role(chunks: list[Any], name: str) -> dict[str, Any]:
         out.setdefault(f"{name}.{role}", chunk)
         if not order or order[-1] != role:
             order.append(role)
-    out[f"{name}.order"] = {"order": " ".join(order)}
+    out[f"{name}.order"] = {f"order {' '.join(order)}": True}  # the order is the shape
     return out
 
 
@@ -337,6 +383,142 @@ def _record(url: str, endpoint: str) -> dict[str, Any]:
             if v is not None and k != "category"}  # fmt: skip
 
 
+PAST_CONTEXT = 5_000_000  # an output budget past any context length
+
+
+def _ctype(r: httpx.Response) -> str:
+    return r.headers.get("content-type", "none").split(";")[0].strip()
+
+
+def _answer(r: httpx.Response) -> dict[str, Any]:
+    """An answer as its shape is compared: the status and content type are its key."""
+    try:
+        body: Any = r.json()
+    except ValueError:
+        body = {"text": r.text}
+    return {f"{r.status_code} {_ctype(r)}": body}
+
+
+def _orders(chunks: list[Any]) -> str:
+    """A stream's chunk roles per choice index (repeats merged), then the trailing chunks'."""
+    per: dict[str, list[str]] = {}
+    for chunk in chunks:
+        if isinstance(chunk, dict) and "error" in chunk:
+            where, role = "tail", "error"
+        else:
+            choices = chunk.get("choices") or []
+            where = str(choices[0].get("index", 0)) if choices else "tail"
+            role = _role(chunk)
+        seq = per.setdefault(where, [])
+        if not seq or seq[-1] != role:
+            seq.append(role)
+    return "; ".join(f"{k}: {' '.join(v)}" for k, v in sorted(per.items()))
+
+
+def _stream_answer(c: httpx.Client, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """A streamed answer: its status and content type as the key, then its chunks and their
+    order (a refusal before the stream starts is a plain JSON answer)."""
+    with c.stream("POST", path, json=dict(body)) as r:
+        key = f"{r.status_code} {_ctype(r)}"
+        if _ctype(r) != "text/event-stream":
+            r.read()
+            return _answer(r)
+        lines = list(r.iter_lines())
+    chunks = [
+        json.loads(ln[6:]) for ln in lines if ln.startswith("data: ") and ln != "data: [DONE]"
+    ]
+    done = "data: [DONE]" in lines
+    return {key: {"chunks": chunks, f"order {_orders(chunks)}": True, "done": done}}
+
+
+def _id_form(value: Any) -> str:
+    """How an answer's id is made: SGLang's are the request's 32-hex-digit id."""
+    text = str(value)
+    return (
+        "hex32" if re.fullmatch(r"[0-9a-f]{32}", text) else re.sub(r"[0-9a-f]{6,}", "<hex>", text)
+    )
+
+
+def edge_probes(c: httpx.Client) -> dict[str, Any]:
+    """The error and edge answers: every layer's refusal, budgets past the context length
+    (also streamed), ``n: 2``, logprobs, the answers' id forms, ``/v1/loads``,
+    ``/model_info``, the context length ``/v1/models`` reports, 404, 405."""
+    out: dict[str, Any] = {}
+    greedy = {"temperature": 0, "max_new_tokens": 4, "ignore_eos": True}
+    messages = [{"role": "user", "content": PROMPT}]
+    oa = {"model": "default", "temperature": 0, "max_tokens": 4, "ignore_eos": True}
+    chat = {**oa, "messages": messages}
+    comp = {**oa, "prompt": PROMPT}
+    out["not_found"] = _answer(c.get("/no/such/path"))
+    out["method_not_allowed"] = _answer(c.get("/generate"))
+    out["loads"] = _answer(c.get("/v1/loads"))
+    out["model_info"] = _answer(c.get("/model_info"))
+    out["model_card_unknown"] = _answer(c.get("/v1/models/no-such-model"))
+    flush = c.post("/flush_cache")
+    out["flush_cache_type"] = {f"{flush.status_code} {_ctype(flush)}": True}
+    card = c.get("/v1/models").json()["data"][0]
+    out["models_context"] = {f"max_model_len {card['max_model_len']}": True}
+
+    def gen(body: Any, *, raw: bytes | None = None) -> dict[str, Any]:
+        if raw is not None:
+            return _answer(c.post("/generate", content=raw,
+                                  headers={"content-type": "application/json"}))  # fmt: skip
+        return _answer(c.post("/generate", json=body))
+
+    def sampling(**params: Any) -> dict[str, Any]:
+        return {"text": PROMPT, "sampling_params": {**greedy, **params}}
+
+    out["generate_no_prompt"] = gen({"sampling_params": greedy})
+    out["generate_negative_budget"] = gen(sampling(max_new_tokens=-1))
+    out["generate_past_context"] = gen(sampling(max_new_tokens=PAST_CONTEXT))
+    out["generate_past_context_stream"] = _stream_answer(
+        c, "/generate", {**sampling(max_new_tokens=PAST_CONTEXT), "stream": True})  # fmt: skip
+    out["generate_negative_budget_stream"] = _stream_answer(
+        c, "/generate", {**sampling(max_new_tokens=-1), "stream": True})  # fmt: skip
+    out["generate_float_budget"] = gen(sampling(max_new_tokens=8.5))
+    out["generate_integer_stop"] = gen(sampling(stop=5))
+    out["generate_unknown_param"] = gen(sampling(bogus=1))
+    out["generate_negative_temperature"] = gen(sampling(temperature=-1))
+    out["generate_bad_json"] = gen(None, raw=b"{bad")
+    out["generate_not_object"] = gen([1, 2])
+    out["generate_text_not_string"] = gen({"text": 5, "sampling_params": greedy})
+    out["generate_logprob"] = gen({**sampling(), "return_logprob": True, "top_logprobs_num": 2})
+    out["generate_n2"] = gen(sampling(n=2))
+
+    def post(path: str, body: Any) -> dict[str, Any]:
+        return _answer(c.post(path, json=body))
+
+    for name, path, base in (("completions", "/v1/completions", comp),
+                             ("chat", "/v1/chat/completions", chat)):  # fmt: skip
+        out[f"{name}_negative_budget"] = post(path, {**base, "max_tokens": -1})
+        out[f"{name}_past_context"] = post(path, {**base, "max_tokens": PAST_CONTEXT})
+        out[f"{name}_past_context_stream"] = _stream_answer(
+            c, path, {**base, "max_tokens": PAST_CONTEXT, "stream": True})  # fmt: skip
+        out[f"{name}_n2"] = post(path, {**base, "n": 2})
+        out[f"{name}_n2_stream"] = _stream_answer(c, path, {**base, "n": 2, "stream": True})
+    out["completions_no_prompt"] = post("/v1/completions", oa)
+    out["completions_logprobs"] = post("/v1/completions", {**comp, "logprobs": 2})
+    out["completions_logprobs_stream"] = _stream_answer(
+        c, "/v1/completions", {**comp, "logprobs": 1, "stream": True})  # fmt: skip
+    out["chat_bad_role"] = post(
+        "/v1/chat/completions", {**oa, "messages": [{"role": "wizard", "content": PROMPT}]}
+    )
+    out["chat_empty_messages"] = post("/v1/chat/completions", {**oa, "messages": []})
+    out["chat_no_messages"] = post("/v1/chat/completions", oa)
+    out["chat_logprobs"] = post("/v1/chat/completions",
+                                {**chat, "logprobs": True, "top_logprobs": 2})  # fmt: skip
+    out["chat_logprobs_stream"] = _stream_answer(
+        c, "/v1/chat/completions", {**chat, "logprobs": True, "stream": True})  # fmt: skip
+    ids: dict[str, bool] = {}
+    for path, base in (("/v1/completions", comp), ("/v1/chat/completions", chat)):
+        ids[f"{path} {_id_form(c.post(path, json=base).json()['id'])}"] = True
+        with c.stream("POST", path, json={**base, "stream": True}) as r:
+            line = next(ln for ln in r.iter_lines() if ln.startswith("data: {"))
+        ids[f"{path} stream {_id_form(json.loads(line[6:])['id'])}"] = True
+    out["id_forms"] = ids
+    return out
+
+
 def probe(base_url: str) -> dict[str, Any]:
     """Send every request of the contract to a ready server; the answers by probe name."""
     out: dict[str, Any] = {}
@@ -350,6 +532,7 @@ def probe(base_url: str) -> dict[str, Any]:
         # need tokens generated since the flush), then the raw forms.
         out["client.generate"] = _record(base_url, "generate")
         out["client.completions"] = _record(base_url, "completions")
+        out["client.chat"] = _record(base_url, "chat")
         body = {"text": PROMPT, "sampling_params": greedy}
         out["generate"] = c.post("/generate", json=body).json()
         chunks = _sse(c, "/generate", {**body, "stream": True})
@@ -383,6 +566,7 @@ def probe(base_url: str) -> dict[str, Any]:
         out["get_server_info"] = info
         out["server_info"] = c.get("/server_info").json()
         out["metrics"] = {name: "metric" for name in parse_metrics(c.get("/metrics").text)}
+        out |= edge_probes(c)
     return out
 
 

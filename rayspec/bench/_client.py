@@ -15,10 +15,23 @@ Three endpoints are supported:
   token. ``sglext.spec_tokens_details`` (``spec_verify_ct``, ``spec_correct_drafts_histogram``)
   is read when the server sends it: SGLang sends it in a chunk of its own, with no choices.
 
-Timing follows ``sglang.bench_serving``: TTFT is the time from sending the request to the first
-chunk that carries tokens; each later chunk's gap since the previous token-carrying chunk is
-split evenly over the tokens it added (so ``len(itl_ms)`` is the completion tokens minus those
-of the first chunk, and ``sum(itl_ms)`` is the time from the first to the last token).
+**Timing.** Two times to first token are kept. ``ttft_ms`` (rayspec's, the one the report,
+the summaries and the SLO use) is the time from sending the request to the first chunk that
+carries tokens: on ``/generate`` and ``completions`` the first whose token count grew, on
+``chat`` the chunk with the assistant's role (SGLang sends it with the first token, whether or
+not that token has text). ``ttft_text_ms`` is the time to the first chunk with non-empty text,
+as SGLang's ``bench_serving``, AIPerf and the openai client time it (None when no text came:
+an answer of special tokens). They differ where the first tokens have no text (a special
+token, text the server holds back). Each later chunk's gap since the previous token-carrying
+chunk is split evenly over the tokens it added (so ``len(itl_ms)`` is the completion tokens
+minus those of the first chunk, and ``sum(itl_ms)`` is the time from the first to the last
+token).
+
+**Tokens without text.** SGLang's chat stream sends no chunk for tokens whose text is empty
+(a special token such as a pad token, text held back): their count shows in the next chunk's
+``usage`` (``continuous_usage_stats``, always asked for) or, at the end, in the final usage
+chunk, and they are timed at the last chunk of the choice before it (the finish). A request
+whose every token has no text is therefore measured, not failed.
 
 **The twin's clock.** With ``clock="twin"`` (a study whose ``server.engine`` is the twin), every
 request is timed by the twin's simulated clock instead of the client's: every ``/generate``
@@ -74,17 +87,18 @@ _CONNECTION_ERRORS = (
 )
 
 
-def _parse_generate_chunk(payload: bytes) -> Any:
+def _parse_generate_chunk(payload: bytes, whole: bool = False) -> Any:
     """Parse a ``/generate`` chunk, decoding only its ``meta_info`` when possible.
 
     Cumulative chunks grow with the output (``text`` and ``output_ids`` of every token so far),
     and a full ``json.loads`` of each was the largest client cost per chunk. An unescaped
     ``"meta_info":`` can only be a key (quotes inside JSON strings are escaped), so the object
     after its last occurrence is decoded alone; anything unusual (no ``meta_info``, no
-    ``completion_tokens``, an error chunk) falls back to a full parse.
+    ``completion_tokens``, an error chunk) falls back to a full parse, and so does ``whole``
+    (the caller still looks for the first text: early chunks are small).
     """
     text = payload.decode()
-    i = text.rfind(_META_KEY)
+    i = -1 if whole else text.rfind(_META_KEY)
     if i >= 0:
         j = i + len(_META_KEY)
         while j < len(text) and text[j] in " \t\r\n":
@@ -145,8 +159,13 @@ class _Timeline:
     origin: float | None = None  # None: t0 (the wall clock)
     tokens: int = 0
     ttft_s: float | None = None
+    text_s: float | None = None  # to the first chunk with non-empty text
     last_s: float = 0.0
     itl_s: list[float] = dataclasses.field(default_factory=list)
+
+    def saw_text(self, now: float) -> None:
+        if self.text_s is None:
+            self.text_s = now - (self.t0 if self.origin is None else self.origin)
 
     def advance(self, now: float, cumulative_tokens: int) -> None:
         new = cumulative_tokens - self.tokens
@@ -178,6 +197,7 @@ class StreamResult:
     output_ids: tuple[int, ...] | None = None  # the final chunk's token ids (/generate)
     accept_histogram: tuple[int, ...] | None = None  # verify steps by drafts accepted
     sim_arrival_s: float | None = None  # the arrival on the twin's clock (twin-timed only)
+    ttft_text_s: float | None = None  # to the first non-empty text (None: no text came)
 
 
 class _Partial(Exception):
@@ -407,6 +427,7 @@ class StreamClient:
             "histogram": None,
             "twin_clock": twin_clock,
             "sim_arrival": None,
+            "last_choice_s": None,  # when the latest chunk with choices came
         }
         chunks = 0
         end = t0
@@ -449,7 +470,7 @@ class StreamClient:
                             chunks += 1
                             try:
                                 obj = (
-                                    _parse_generate_chunk(body_bytes)
+                                    _parse_generate_chunk(body_bytes, tl.text_s is None)
                                     if self.endpoint == "generate"
                                     else json.loads(body_bytes)
                                 )
@@ -492,6 +513,7 @@ class StreamClient:
             output_ids=state["output_ids"],
             accept_histogram=state["histogram"],
             sim_arrival_s=state["sim_arrival"],
+            ttft_text_s=tl.text_s,
         )
 
     def _partial_from(self, exc: Exception, tl: _Timeline, path: str) -> _Partial:
@@ -530,6 +552,8 @@ class StreamClient:
                 state["sim_arrival"] = arrival
                 now = token - arrival
             tl.advance(now, int(ct))
+            if obj.get("text"):  # cumulative: the first chunk with any text
+                tl.saw_text(now)
             if "prompt_tokens" in meta:
                 state["prompt_tokens"] = meta["prompt_tokens"]
             if meta.get("spec_verify_ct") is not None:
@@ -548,13 +572,24 @@ class StreamClient:
             if choices:
                 choice = choices[0]
                 finish = choice.get("finish_reason")
+                delta = choice.get("delta") or {}
+                text = choice.get("text") or delta.get("content")
+                state["last_choice_s"] = now
+                if delta.get("role") and not tl.tokens:
+                    # SGLang sends the chat role with the first token (text or not).
+                    tl.advance(now, 1)
+                    state["role_token"] = True  # counted: a first text without usage is it
                 if usage.get("completion_tokens") is not None:
                     tl.advance(now, int(usage["completion_tokens"]))
-                elif choice.get("text") or (choice.get("delta") or {}).get("content"):
+                    state["role_token"] = False
+                elif text and not state.pop("role_token", False):
                     tl.advance(now, tl.tokens + 1)
+                if text:
+                    tl.saw_text(now)
             elif usage.get("completion_tokens") is not None:
-                # Final usage chunk: the authoritative count (no new arrival to time).
-                tl.tokens = max(tl.tokens, int(usage["completion_tokens"]))
+                # Final usage chunk: the authoritative count. Tokens no chunk carried (no
+                # text: a chat stream sends nothing for them) came by the choice's last chunk.
+                tl.advance(state["last_choice_s"] or now, int(usage["completion_tokens"]))
                 state["finished"] = True
             if usage.get("prompt_tokens") is not None:
                 state["prompt_tokens"] = usage["prompt_tokens"]
@@ -601,6 +636,7 @@ class StreamClient:
                 prompt_tokens=0,
                 completion_tokens=tl.tokens,
                 ttft_ms=tl.ttft_s * 1000.0 if tl.ttft_s is not None else float("nan"),
+                ttft_text_ms=tl.text_s * 1000.0 if tl.text_s is not None else None,
                 e2e_ms=(partial.now - tl.t0) * 1000.0,
                 itl_ms=tuple(x * 1000.0 for x in tl.itl_s),
                 start_unix_s=self.unix_time(tl.t0),
@@ -617,6 +653,7 @@ class StreamClient:
             prompt_tokens=res.prompt_tokens,
             completion_tokens=res.completion_tokens,
             ttft_ms=res.ttft_s * 1000.0,
+            ttft_text_ms=res.ttft_text_s * 1000.0 if res.ttft_text_s is not None else None,
             e2e_ms=res.e2e_s * 1000.0,
             itl_ms=tuple(x * 1000.0 for x in res.itl_s),
             start_unix_s=self.unix_time(res.t0),

@@ -186,6 +186,9 @@ REQUEST_SCHEMA = pa.schema(
         ("accept_histogram", pa.list_(pa.int64())),  # verify steps by drafts accepted
         ("category", pa.string()),  # the prompt's category (null: written before the column)
         ("sim_start_s", pa.float64()),  # arrival on the twin's simulated clock (null: wall)
+        # to the first chunk with text, as outside clients time TTFT (null: no text came,
+        # simulated, or written before the column); ttft_ms is to the first token
+        ("ttft_text_ms", pa.float64()),
     ]
 )
 
@@ -266,6 +269,7 @@ def request_rows(trial: int, records: tuple[RequestRecord, ...]) -> pa.Table:
             "accept_histogram": _ints(r.accept_histogram),
             "category": r.category,
             "sim_start_s": _float(r.sim_start_s),
+            "ttft_text_ms": _float(r.ttft_text_ms),
         }
         for r in records
     ]
@@ -293,6 +297,7 @@ def request_record(row: Mapping[str, Any]) -> RequestRecord:
         accept_histogram=tuple(int(n) for n in hist) if hist is not None else None,
         category=str(row.get("category") or DEFAULT_CATEGORY),
         sim_start_s=_float(row.get("sim_start_s")),
+        ttft_text_ms=_float(row.get("ttft_text_ms")),
     )  # fmt: skip
 
 

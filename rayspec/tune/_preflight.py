@@ -40,6 +40,9 @@ __all__ = [
 ADDRESS_PROBE_S = 3.0
 # Restarts the search needs before a plan exists to verify: the baseline and a chain.
 PLAN_SEARCH_MIN = 2
+# No model served today takes a longer context: a budget past it is a typo whatever the
+# model (a hub id's config is not read here).
+MAX_KNOWN_CONTEXT = 10 * 2**20
 
 
 def planned_local_slots(cfg: ExperimentConfig) -> int:
@@ -358,6 +361,7 @@ def preflight(
     # A finished study starts no Ray and no server: this machine's ports, inputs and GPUs do
     # not matter to it.
     on_this_machine = local and launching and _servers_start(cfg, space)
+    problems += _check_output_budget(cfg, with_prompts=on_this_machine)
     if on_this_machine:
         problems += _check_launch_inputs(cfg)
         problems += _prompt_lengths(cfg)
@@ -377,6 +381,8 @@ def preflight(
             findings.extend(check_node(cfg, probes or default_probes()))
         problems += findings.problems
         warnings += findings.warnings
+    else:
+        warnings += _twin_served_warnings(cfg)
     if problems:
         # One line per problem: the CLI prints "error: " before the message's first line.
         raise ConfigError("\nerror: ".join(problems))
@@ -436,3 +442,81 @@ def _check_twin(cfg: ExperimentConfig) -> None:
             Faults.parse([twin.fault])
         except ValueError as exc:
             raise ConfigError(f"server.twin.fault: {exc}") from None
+
+
+def _served_context(cfg: ExperimentConfig) -> tuple[int, str]:
+    """The context length the trials' servers will have, and where it comes from (SGLang's
+    rule: ``--context-length``, else the model folder's config.json)."""
+    from rayspec.tune._node._models import _context_flag
+    from rayspec.tune._node._models import read_model
+    from rayspec.twin._resolve import DEFAULT_CONTEXT_LEN
+
+    srv = cfg.server
+    flag = _context_flag(srv.extra_flags)
+    if flag:
+        return flag, "--context-length in server.extra_flags"
+    info, _ = read_model("server.model_path", srv.model_path)
+    if info is not None and info.context_len:
+        return info.context_len, f"the context length of {srv.model_path}/config.json"
+    if srv.engine is Engine.twin:
+        return DEFAULT_CONTEXT_LEN, "the twin's context length"
+    return MAX_KNOWN_CONTEXT, "longer than any served model's context"
+
+
+def _check_output_budget(cfg: ExperimentConfig, *, with_prompts: bool) -> list[str]:
+    """Every request's output budget fits the served context (SGLang refuses a request whose
+    prompt and budget do not, HTTP 400, on every trial). A prompt has at least one token, so a
+    budget is at most the context length less one. Problems, one line each."""
+    context, source = _served_context(cfg)
+    limit = context - 1
+    declared = bool(cfg.bench.scenarios)
+    problems = []
+    records_checked = False
+    for i, sc in enumerate(cfg.scenarios()):
+        key = f"bench.scenarios[{i}]" if declared else "bench"
+        budgets = [(f"{key}.max_tokens", sc.max_tokens)]
+        if sc.output_len:
+            budgets = [(f"{key}.output_len", max(sc.output_len))]
+        elif with_prompts and not records_checked:  # a record's own output_tokens
+            records_checked = True
+            budgets += _record_budgets(cfg.bench.prompts)
+        for where, value in budgets:
+            if value > limit:
+                problems.append(
+                    f"{where}: {value:,} output tokens cannot fit a context of {context:,} "
+                    f"tokens ({source}); SGLang refuses such a request (HTTP 400): give at "
+                    f"most {limit:,}"
+                )
+                return problems  # one line: the first budget past the context
+    return problems
+
+
+def _record_budgets(prompts: str) -> list[tuple[str, int]]:
+    """The largest ``output_tokens`` a record of the prompt set gives (a file's problems are
+    reported by the launch-input check)."""
+    from rayspec.bench import load_dataset
+
+    try:
+        records = load_dataset(prompts)
+    except (ConfigError, OSError, UnicodeDecodeError):
+        return []
+    budgets = [r.output_tokens for r in records if r.output_tokens is not None]
+    if not budgets:
+        return []
+    return [(f"bench.prompts ({prompts}): a record's output_tokens", max(budgets))]
+
+
+def _twin_served_warnings(cfg: ExperimentConfig) -> list[str]:
+    """One line per way the twin's trials are not the experiment's model or TP size: the twin
+    times every trial as its profile's model at the profile's TP, whatever server.model_path
+    and server.tp_size say."""
+    from rayspec.twin import load_profile
+    from rayspec.twin._served import mismatches
+
+    srv = cfg.server
+    try:
+        profile = load_profile(srv.twin.profile)
+    except (ValueError, OSError):
+        return []  # refused by _check_twin already
+    names = ("server.tp_size", "server.model_path", "=")
+    return mismatches(profile, srv.model_path or "rayspec-twin/", srv.tp_size, names=names)

@@ -461,6 +461,14 @@ def build_parser(version: tuple[int, int, int] = (0, 5, 23)) -> argparse.Argumen
         help="Stream at the model's rate in real time (default true). false "
         "skips every sleep: same numbers, no waiting (for fast unit tests).",
     )
+    g.add_argument(
+        "--twin-text",
+        choices=("words", "pad"),
+        default="words",
+        help="The answers' tokens: words (default; one word per token) or pad (every token "
+        "the pad token, a special token with no text, as a model whose greedy pick is its pad "
+        "token answers: the chat stream then sends no content chunk).",
+    )
     del add
     return parser
 

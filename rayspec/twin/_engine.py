@@ -54,6 +54,7 @@ from collections.abc import AsyncIterator
 from collections.abc import Awaitable
 from collections.abc import Callable
 from typing import Any
+from typing import Protocol
 
 from rayspec._exceptions import RayspecError
 from rayspec._types import SpecSettings
@@ -70,6 +71,14 @@ _STEP_TIME_KEEP = 4096  # per batch size, newest kept
 
 class EngineDead(RayspecError, RuntimeError):
     """The simulated scheduler crashed; streams end without a final chunk."""
+
+
+class TokenSource(Protocol):
+    """Where a request's tokens come from as the engine generates them (the HTTP side's
+    :class:`~rayspec.twin._ends.Completion`): ``take(n)`` gives the next ``n`` ids or fewer,
+    and whether the last of them ends the request (a stop string, a stop token, EOS)."""
+
+    def take(self, n: int) -> tuple[list[int], bool]: ...
 
 
 @dataclasses.dataclass
@@ -96,6 +105,9 @@ class GenRequest:
     sim_token_s: float | None = None  # simulated end of the iteration of its latest tokens
     finished_s: float | None = None
     prefilled: int = 0  # prompt tokens prefilled so far (a chunked prefill)
+    # None: output_ids were given whole; else they grow as tokens are generated (and the
+    # source may end the request before max_new_tokens).
+    source: TokenSource | None = None
     finished: bool = False
     aborted: bool = False
     _event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -294,6 +306,10 @@ class Engine:
     def used_tokens(self) -> int:
         return sum(r.ctx for r in self._running)
 
+    @property
+    def waiting_prompt_tokens(self) -> int:
+        return sum(r.prompt_tokens for r in self._waiting)
+
     def close(self) -> None:
         """Cancel the engine loop (server shutdown)."""
         if self._task is not None:
@@ -319,11 +335,14 @@ class Engine:
         rid: str,
         prompt_tokens: int,
         max_new_tokens: int,
-        output_ids: list[int],
+        output_ids: list[int] | None = None,
         category: str | None = None,
+        source: TokenSource | None = None,
     ) -> GenRequest:
         """Queue a request; its tokens arrive through :meth:`updates`. ``category`` (the
-        prompt's, when the client said) scales its acceptance (``drafter.category_mult``)."""
+        prompt's, when the client said) scales its acceptance (``drafter.category_mult``).
+        Its ids are ``output_ids`` (given whole) or taken from ``source`` as they are
+        generated (which may end it before ``max_new_tokens``)."""
         noise = self.noise.draw_request()
         by_category = self.model.profile.drafter.mult_for(category)
         index = self._next_index
@@ -333,7 +352,8 @@ class Engine:
             index=index,
             prompt_tokens=prompt_tokens,
             max_new_tokens=max(0, max_new_tokens),
-            output_ids=output_ids,
+            output_ids=list(output_ids or ()) if source is None else [],
+            source=source,
             mult=noise.mult * self.accept_scale * by_category,
             time_factor=noise.time_factor,
             rng=random.Random(self.seed * 1_000_003 + index),
@@ -458,9 +478,16 @@ class Engine:
         """Give ``req`` ``n`` more tokens (fewer at the fault limit); returns tokens given."""
         if self._token_limit is not None:
             n = min(n, max(0, self._token_limit - self._token_count))
-            self._token_count += n
+        if n > 0 and req.source is not None:  # the request's next ids, made now
+            ids, ends = req.source.take(n)
+            req.output_ids.extend(ids)
+            n = len(ids)
+            if ends:  # a stop condition: these are its last tokens
+                req.max_new_tokens = req.output_tokens + n
         if n <= 0:
             return 0
+        if self._token_limit is not None:
+            self._token_count += n
         if req.first_token_s is None:
             req.first_token_s = now
             if self.metrics is not None:

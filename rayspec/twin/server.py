@@ -52,8 +52,14 @@ from rayspec.twin._nccl import resolve_nccl
 from rayspec.twin._noise import NoiseModel
 from rayspec.twin._profile import Profile
 from rayspec.twin._profile import load_profile
+from rayspec.twin._resolve import DEFAULT_CONTEXT_LEN
 from rayspec.twin._resolve import Resolution
 from rayspec.twin._resolve import resolve_server_args
+from rayspec.twin._served import ModelFolder
+from rayspec.twin._served import describe
+from rayspec.twin._served import mismatches
+from rayspec.twin._served import model_type
+from rayspec.twin._served import read_model_folder
 from rayspec.twin._text import model_seed
 
 FAULT_KINDS = (
@@ -182,10 +188,17 @@ class _Startup:
     """One server start: SGLang's startup sequence, then serving until a signal."""
 
     def __init__(
-        self, ns: Any, profile: Profile, resolution: Resolution, faults: Faults, argv: list[str]
+        self,
+        ns: Any,
+        profile: Profile,
+        resolution: Resolution,
+        faults: Faults,
+        argv: list[str],
+        folder: ModelFolder | None = None,
     ) -> None:
         self.ns = ns
         self.profile = profile
+        self.folder = folder
         self.res = resolution
         self.faults = faults
         self.argv = argv
@@ -195,6 +208,7 @@ class _Startup:
         self.stop = asyncio.Event()
         self.server: TwinServer | None = None
         self._t0 = time.monotonic()
+        self._mismatches = mismatches(profile, str(ns.model_path), int(ns.tp_size), folder)
 
     # ------------------------------------------------------------------ helpers
 
@@ -232,10 +246,12 @@ class _Startup:
             loop.add_signal_handler(sig, self.stop.set)
         ns, log, res = self.ns, self.log, self.res
         log.server(
-            f"rayspec twin: simulated SGLang {ns.twin_version} node (profile "
-            f"{self.profile.name}, seed {ns.twin_seed}); no GPU is used.",
+            f"rayspec twin: simulated SGLang {ns.twin_version} node ({describe(self.profile)}; "
+            f"seed {ns.twin_seed}); no GPU is used.",
             logging.WARNING,
         )
+        for line in self._mismatches:  # a model or TP size the profile does not describe
+            log.server(f"rayspec twin: {line}", logging.WARNING)
         alias_era = (0, 5, 18) <= self.version < (0, 5, 20)
         if alias_era and "--cuda-graph-max-bs" in self.argv:
             log.server(
@@ -298,6 +314,8 @@ class _Startup:
             "seed": ns.twin_seed,
             "faults": self.faults.describe(),
             "architecture": self.profile.model.architecture,
+            "simulates": describe(self.profile),
+            "mismatches": list(self._mismatches),
         }
         server = TwinServer(
             None,  # the engine arrives after graph capture; 503 until then
@@ -309,6 +327,8 @@ class _Startup:
             twin_info=twin_info,
             metrics=metrics,
             launch_command=shlex.join(["python", "-m", "rayspec.twin.server", *self.argv]),
+            model_type=model_type(self.profile, self.folder),
+            pad_text=ns.twin_text == "pad",
         )
         self.server = server
         return server
@@ -522,14 +542,19 @@ def main(argv: list[str] | None = None) -> int:
     except ProfileError as exc:
         print(f"python -m rayspec.twin.server: error: --twin-profile: {exc}", file=sys.stderr)
         return 2
+    # A local model folder is read as SGLang reads it: its context length (the profile's
+    # timings stay the profile's; _Startup says so when the folder is another model).
+    folder = read_model_folder(str(ns.model_path))
+    context = folder.context_len if folder and folder.context_len else DEFAULT_CONTEXT_LEN
     try:
         resolution = resolve_server_args(
-            ns, architecture=profile.model.architecture, env=dict(os.environ)
-        )
+            ns, architecture=profile.model.architecture, env=dict(os.environ),
+            context_len=context,
+        )  # fmt: skip
     except (ValueError, AssertionError, TypeError, NotImplementedError, OSError):
         traceback.print_exc()  # SGLang: a traceback before any startup log, exit 1
         return 1
-    return asyncio.run(_Startup(ns, profile, resolution, faults, argv).run())
+    return asyncio.run(_Startup(ns, profile, resolution, faults, argv, folder).run())
 
 
 if __name__ == "__main__":

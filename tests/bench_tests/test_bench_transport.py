@@ -9,12 +9,14 @@ under speculation, and a final chunk with ``finish_reason`` and the speculative 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 
 from rayspec import FailureReason
 from rayspec._types import RequestRecord
@@ -126,3 +128,113 @@ def test_a_canned_http_error_is_a_recorded_failure() -> None:
     assert record.failure is FailureReason.UNKNOWN
     assert "HTTP 503" in record.error and "overloaded" in record.error
     assert math.isnan(record.ttft_ms)
+
+
+def _measure_on(handler: _Canned, endpoint: str, clock: str = "wall") -> RequestRecord:
+    async def go() -> RequestRecord:
+        transport = httpx.MockTransport(handler)
+        async with StreamClient(
+            "http://sglang.test", transport=transport, endpoint=endpoint, clock=clock
+        ) as client:
+            return await client.measure(
+                "The red model", 12, scenario="s", run=0, index=0, concurrency=1
+            )
+
+    return asyncio.run(go())
+
+
+def _usage(completion: int) -> dict[str, Any]:
+    return {"prompt_tokens": 35, "total_tokens": 35 + completion, "completion_tokens": completion,
+            "prompt_tokens_details": None, "reasoning_tokens": 0,
+            "completion_tokens_details": None}  # fmt: skip
+
+
+def _chat(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    choice = {"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
+              "finish_reason": finish, "matched_stop": None}  # fmt: skip
+    return {"id": "cc1b8badd0994b4fa91c8c6430ec32ec", "object": "chat.completion.chunk",
+            "created": 1796640931, "model": "default", "choices": [choice], **extra}  # fmt: skip
+
+
+def _details() -> dict[str, Any]:
+    return {"spec_tokens_details": {
+        "spec_accept_rate": 1.0, "spec_accept_length": 4.0, "spec_cap_length": 0.0,
+        "spec_block_accept_length": 0.0, "spec_num_correct_drafts": 9,
+        "spec_num_proposed_drafts": 9, "spec_verify_ct": 3,
+        "spec_correct_drafts_histogram": [0, 0, 0, 3], "spec_cap_lens_histogram": []}}  # fmt: skip
+
+
+# Real SGLang 0.5.23's chat stream of the always-agreeing pair (12 tokens of token 0, a special
+# token with no text; recorded on this CPU): the role, the finish, sglext, usage. No chunk
+# carries a token's text, so none carries usage before the last.
+TEXTLESS_CHAT = [
+    _chat({"role": "assistant", "content": ""}),
+    _chat({}, "length"),
+    {"id": "cc1b8badd0994b4fa91c8c6430ec32ec", "object": "chat.completion.chunk",
+     "created": 1796640931, "model": "default", "choices": [], "usage": None,
+     "sglext": _details()},
+    {"id": "cc1b8badd0994b4fa91c8c6430ec32ec", "object": "chat.completion.chunk",
+     "created": 1796640931, "model": "default", "choices": [], "usage": _usage(12)},
+]  # fmt: skip
+
+
+def test_a_chat_answer_of_tokens_without_text_is_measured() -> None:
+    """Issue 33, 11: SGLang sends no chat chunk for tokens without text; the client failed
+    such a request ("finished without any token", 4 of 4 warm-ups on the agreeing pair)."""
+    record = _measure_on(_Canned(_sse(TEXTLESS_CHAT)), "chat")
+    assert record.ok, record.error
+    assert record.completion_tokens == 12 and record.prompt_tokens == 35
+    assert len(record.itl_ms) == 11  # the first token came with the role, the rest by the end
+    assert not math.isnan(record.ttft_ms) and record.ttft_text_ms is None  # no text, ever
+    assert record.spec_verify_ct == 3 and record.accept_histogram == (0, 0, 0, 3)
+
+
+def test_chat_tokens_without_text_count_from_the_next_usage() -> None:
+    chunks = [
+        _chat({"role": "assistant", "content": ""}),
+        _chat({"content": "Hi"}, usage=_usage(3)),  # two tokens before it had no text
+        _chat({"content": " there"}, usage=_usage(4)),
+        _chat({}, "length"),
+        TEXTLESS_CHAT[-1],
+    ]
+    record = _measure_on(_Canned(_sse(chunks)), "chat")
+    assert record.ok and record.completion_tokens == 12
+    assert len(record.itl_ms) == 11 and record.ttft_text_ms is not None
+    assert record.ttft_text_ms >= record.ttft_ms  # the text came after the first token
+
+
+def _twin_chunk(text: str, ids: list[int], token_s: float, final: bool = False) -> dict[str, Any]:
+    meta = _meta(len(ids), rayspec_twin={"sim_arrival_s": 10.0, "sim_token_s": 10.0 + token_s})
+    if final:
+        meta["finish_reason"] = {"type": "length", "length": len(ids)}
+    return {"text": text, "output_ids": ids, "meta_info": meta}
+
+
+def test_both_times_to_first_token_are_kept() -> None:
+    """Issue 33, 12: ttft_ms is to the first chunk carrying tokens (rayspec's, the report's);
+    ttft_text_ms to the first non-empty text, as bench_serving, AIPerf and the openai client
+    time it. On the twin's clock both are exact: here 100 ms and 300 ms."""
+    pad = 998
+    chunks = [
+        _twin_chunk("", [pad], 0.1),
+        _twin_chunk("", [pad, pad], 0.2),
+        _twin_chunk("The", [pad, pad, 1000], 0.3),
+        _twin_chunk("The red", [pad, pad, 1000, 1001], 0.4, final=True),
+    ]
+    record = _measure_on(_Canned(_sse(chunks)), "generate", clock="twin")
+    assert record.ok and record.completion_tokens == 4
+    assert record.ttft_ms == pytest.approx(100.0)
+    assert record.ttft_text_ms == pytest.approx(300.0)
+    assert record.itl_ms == pytest.approx((100.0, 100.0, 100.0))
+
+
+def test_ttft_text_is_stored_beside_ttft(tmp_path: Any) -> None:
+    from rayspec.store._parquet import request_record
+    from rayspec.store._parquet import request_rows
+
+    record = _measure_on(_Canned(_sse(TEXTLESS_CHAT)), "chat")
+    with_text = dataclasses.replace(record, ttft_text_ms=12.5)
+    rows = request_rows(3, (record, with_text)).to_pylist()
+    assert [r["ttft_text_ms"] for r in rows] == [None, 12.5]
+    assert [request_record(r).ttft_text_ms for r in rows] == [None, 12.5]
+    assert rows[0]["ttft_ms"] == record.ttft_ms

@@ -55,6 +55,10 @@ def target_flags(models: TinyModels) -> list[str]:
 
 
 CHAIN = {"steps": 2, "topk": 1, "draft_tokens": 3}
+# The always-agreeing pair: every draft accepted (accept length steps + 1), every token is
+# token 0 (a special token with no text).
+AGREE = {"steps": 3, "topk": 1, "draft_tokens": 4}
+AGREE_TOKENS = 64
 
 
 def eagle_flags(target: str, draft: str, shape: dict[str, int]) -> list[str]:

@@ -18,7 +18,10 @@ import pytest
 from tests.contract_tests._sglang import sglang_python_or_skip
 from tests.real_sglang._models import TinyModels
 from tests.real_sglang._models import tiny_models as _tiny_models
+from tests.real_sglang._runs import AGREE
+from tests.real_sglang._runs import AGREE_TOKENS
 from tests.real_sglang._runs import CHAIN
+from tests.real_sglang._runs import PROMPTS
 from tests.real_sglang._runs import RUNS
 from tests.real_sglang._runs import ServerRun
 from tests.real_sglang._runs import eagle_flags
@@ -97,3 +100,16 @@ def chain_run(
     return serve_and_collect(
         "chain", real_server, flags, tmp_path_factory.mktemp("chain"), probe=dialect_answers
     )
+
+
+@pytest.fixture(scope="session")
+def agree_run(
+    real_server: RealServer, tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory
+) -> ServerRun:
+    """One run of the always-agreeing pair (every token is token 0, a special token: no text
+    at all); the contract diff's requests follow its prompt (``run.probed``)."""
+    flags = eagle_flags(str(tiny_models.agree_target), str(tiny_models.agree_draft), AGREE)
+    return serve_and_collect(
+        "agree", real_server, flags, tmp_path_factory.mktemp("agree"), prompts=PROMPTS[:1],
+        max_new_tokens=AGREE_TOKENS, probe=dialect_answers,
+    )  # fmt: skip

@@ -1,11 +1,14 @@
 """The contract diff: the same requests to the twin and to real SGLang 0.5.23 (on this CPU, the
-tiny models), without speculation and with an EAGLE-3 chain, compared by shape.
+tiny models), without speculation, with an EAGLE-3 chain and with the always-agreeing pair
+(whose every token is a special token without text; the twin with ``--twin-text pad``),
+compared by shape.
 
 Every endpoint, JSON field (and its type), metric name and log line rayspec reads must be in
-both with the same shape, and the twin's stream and response shapes must be real SGLang's
-(``tests/sglang_dialect.py`` has the probes and the rules). No real start of its own: the
-probe runs on the shared plain and EAGLE-3 chain runs (``plain_run``, ``chain_run``), after
-their own requests.
+both with the same shape, the twin's stream and response shapes must be real SGLang's, and so
+must its error and edge answers (each layer's refusal, budgets past the context length, ``n``,
+logprobs, 404/405, ``/v1/loads``, ``/model_info``; ``tests/sglang_dialect.py`` has the probes
+and the rules). No real start of its own: the probe runs on the shared plain, EAGLE-3 chain and
+agreeing runs (``plain_run``, ``chain_run``, ``agree_run``), after their own requests.
 
 ``RAYSPEC_RECORD_DIALECT=1`` writes real SGLang's shapes to ``tests/data/`` for the twin test
 that runs without real SGLang (``tests/twin_tests/test_twin_dialect.py``); otherwise this
@@ -25,6 +28,7 @@ import pytest
 from rayspec.testing._twin import TwinProcess
 from tests.real_sglang._runs import ServerRun
 from tests.real_sglang._server import launch_argv
+from tests.sglang_dialect import TEXTLESS_FLAGS
 from tests.sglang_dialect import TWIN_FLAGS
 from tests.sglang_dialect import Shape
 from tests.sglang_dialect import answers
@@ -50,14 +54,21 @@ def _as_launched(flags: tuple[str, ...]) -> list[str]:
     return launch_argv(Path("python"), flags, 0)[3:-4]
 
 
-@pytest.fixture(scope="module", params=["plain", "spec"])
+RUN_OF = {"plain": "plain_run", "spec": "chain_run", "agree": "agree_run"}
+
+
+@pytest.fixture(scope="module", params=list(RUN_OF))
 def compared(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Compared:
     """The probe's answers from the shared real run (its requests follow the run's own) and
-    from a twin started with the same flags."""
+    from a twin started with the same flags (and, for the agreeing pair, answers without
+    text)."""
     mode = str(request.param)
-    run: ServerRun = request.getfixturevalue("plain_run" if mode == "plain" else "chain_run")
+    run: ServerRun = request.getfixturevalue(RUN_OF[mode])
     twin_log = tmp_path_factory.mktemp(f"twin-{mode}") / "server.log"
-    with TwinProcess([*_as_launched(run.flags), *TWIN_FLAGS], log_path=str(twin_log)) as twin:
+    flags = [*_as_launched(run.flags), *TWIN_FLAGS]
+    if mode == "agree":
+        flags += TEXTLESS_FLAGS
+    with TwinProcess(flags, log_path=str(twin_log)) as twin:
         twin.wait_ready(60)
         twin_answers = answers(twin.base_url, twin_log)
     return Compared(mode, shapes(run.probed), shapes(twin_answers))
@@ -69,7 +80,7 @@ def test_the_twin_speaks_real_sglangs_dialect(compared: Compared, record_propert
     # report: SGLang's server arguments and metrics the twin does not model.
     record_property(f"dialect_diff_{compared.mode}", json.dumps(counts))
     print(f"\n{compared.mode}: twin-vs-real shape differences {counts}")
-    assert problems(compared.real, compared.twin, spec=compared.mode == "spec") == []
+    assert problems(compared.real, compared.twin, spec=compared.mode != "plain") == []
 
 
 def test_the_recorded_shapes_are_still_real_sglangs(compared: Compared) -> None:
@@ -79,6 +90,6 @@ def test_the_recorded_shapes_are_still_real_sglangs(compared: Compared) -> None:
         return
     recorded = load_recorded()[compared.mode]
     # The recording, checked as the twin is: what it says real SGLang sends, it still sends.
-    assert problems(fresh, recorded, spec=compared.mode == "spec") == [], (
+    assert problems(fresh, recorded, spec=compared.mode != "plain") == [], (
         "real SGLang's shapes changed: RAYSPEC_RECORD_DIALECT=1 records them again"
     )

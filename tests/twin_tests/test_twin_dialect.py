@@ -21,6 +21,10 @@ from rayspec.twin._text import EOS_TEXT
 from rayspec.twin._text import EOS_TOKEN_ID
 from rayspec.twin._text import detokenize
 from rayspec.twin._text import encode
+from tests.sglang_dialect import AGREE_EAGLE3
+from tests.sglang_dialect import EAGLE3
+from tests.sglang_dialect import MODES
+from tests.sglang_dialect import TEXTLESS_FLAGS
 from tests.sglang_dialect import TWIN_FLAGS
 from tests.sglang_dialect import load_recorded
 from tests.sglang_dialect import log_answers
@@ -155,15 +159,36 @@ def test_speculative_meta_fields_by_version() -> None:
         "spec_verify_ct", "spec_accept_length", "spec_accept_rate"}  # fmt: skip
 
 
-@pytest.mark.parametrize("mode", ["plain", "spec"])
+# The tiny target's config.json as the real-SGLang tests make it (its context length, 2048,
+# is what SGLang and the twin read from it).
+TINY_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+    "num_hidden_layers": 8, "max_position_embeddings": 2048, "vocab_size": 1024,
+}  # fmt: skip
+
+
+def _model_folder(root: Any, name: str) -> str:
+    folder = root / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY_CONFIG))
+    return str(folder)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_the_twin_answers_in_real_sglangs_shapes(mode: str, tmp_path: Any) -> None:
-    """Every request rayspec (and the outside clients) send, against real SGLang 0.5.23's
-    recorded shapes: what rayspec reads, the whole stream and response shapes, no invented
-    metric or server-info field (tests/sglang_dialect.py has the rules)."""
-    flags = server_flags("tiny-target", "tiny-draft" if mode == "spec" else None)
+    """Every request rayspec (and the outside clients) send, and the error and edge requests,
+    against real SGLang 0.5.23's recorded shapes: what rayspec reads, the whole stream,
+    response and refusal shapes, no invented metric or server-info field
+    (tests/sglang_dialect.py has the rules). ``agree``: the always-agreeing pair, whose every
+    token is a special token without text, against the twin with ``--twin-text pad``."""
+    target = _model_folder(tmp_path, "tiny-target")
+    draft = None if mode == "plain" else "tiny-draft"
+    flags = server_flags(target, draft, AGREE_EAGLE3 if mode == "agree" else EAGLE3)
+    if mode == "agree":
+        flags += TEXTLESS_FLAGS
     log = tmp_path / "twin.log"
     with TwinProcess([*flags, *TWIN_FLAGS], log_path=str(log)) as twin:
         twin.wait_ready(60)
         answers = probe(twin.base_url)
     answers |= log_answers(log)
-    assert problems(load_recorded()[mode], shapes(answers), spec=mode == "spec") == []
+    assert problems(load_recorded()[mode], shapes(answers), spec=mode != "plain") == []

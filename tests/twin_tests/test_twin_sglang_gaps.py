@@ -7,20 +7,25 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 
 from rayspec._exceptions import FailureReason
 from rayspec.server import classify_failure
 from rayspec.testing._twin import TwinProcess
-from rayspec.twin._app import Stops
-from rayspec.twin._app import plan_end
+from rayspec.twin._ends import Completion
+from rayspec.twin._ends import Stops
 from rayspec.twin._text import EOS_TOKEN_ID
 from rayspec.twin._text import completion_ids
 from rayspec.twin._text import detokenize
 from rayspec.twin._text import encode
+from rayspec.twin._text import word
 
 from .conftest import SPEC_ARGS
 from .conftest import StartTwin
@@ -187,14 +192,98 @@ def test_stop_strings_and_tokens(fast: TwinProcess) -> None:
         "max_new_tokens": 4, "stop_token_ids": ["a"]}}).status_code == 400  # fmt: skip
 
 
-def test_plan_end_rules() -> None:
-    ids = completion_ids(7, "k", 20)
-    assert plan_end(ids, 600, 20, Stops()) == (20, plan_end(ids, 600, 20, Stops())[1])
-    n, end = plan_end(ids, 10, 20, Stops())
-    assert n == 10 and end.finish == {"type": "stop", "matched": EOS_TOKEN_ID}
-    assert plan_end(ids, 10, 20, Stops(ignore_eos=True))[1].finish["type"] == "length"
-    assert plan_end(ids, 10, 20, Stops(min_new_tokens=12))[0] == 20  # no EOS before the minimum
+def _all(completion: Completion, step: int = 3) -> tuple[list[int], dict[str, Any]]:
+    """Every id of ``completion`` taken ``step`` at a time, and its finish."""
+    ids: list[int] = []
+    while True:
+        got, ended = completion.take(step)
+        ids += got
+        if ended:
+            assert completion.end is not None
+            return ids, completion.end.finish
+
+
+def test_completion_end_rules() -> None:
+    assert _all(Completion(7, "k", 20, Stops(), eos_at=600))[1] == {"type": "length", "length": 20}
+    ids, finish = _all(Completion(7, "k", 20, Stops(), eos_at=10))
+    assert len(ids) == 10 and ids[-1] == EOS_TOKEN_ID
+    assert finish == {"type": "stop", "matched": EOS_TOKEN_ID}
+    assert ids[:9] == completion_ids(7, "k", 9)  # the same greedy text up to the end
+    ignored = Completion(7, "k", 20, Stops(ignore_eos=True), eos_at=10)
+    assert _all(ignored)[1]["type"] == "length"
+    late = Completion(7, "k", 20, Stops(min_new_tokens=12), eos_at=10)
+    assert len(_all(late)[0]) == 20  # no EOS before the minimum
     assert Stops.from_params({"stop": "x", "min_tokens": 3}) == Stops(("x",), min_new_tokens=3)
+    assert _all(Completion(7, "k", 0, Stops()))[0] == []
+
+
+def _old_plan_end(
+    ids: list[int], eos_at: int, max_new_tokens: int, stops: Stops
+) -> tuple[int, dict[str, Any], int | None]:
+    """The planner the twin had (the whole output built and scanned up front, quadratic):
+    the reference the incremental Completion must agree with."""
+    eos = not stops.ignore_eos and stops.min_new_tokens < eos_at <= max_new_tokens
+    limit = eos_at - 1 if eos else max_new_tokens
+    if stops.token_ids or stops.strings:
+        longest = max((len(s) for s in stops.strings), default=0)
+        text = ""
+        for n in range(1, limit + 1):
+            token = ids[n - 1]
+            start = max(0, len(text) - longest + 1)
+            text = f"{text} {word(token)}" if text else word(token)
+            if n <= stops.min_new_tokens:
+                continue
+            if token in stops.token_ids:
+                return n, {"type": "stop", "matched": token}, None
+            hits = [(text.find(s, start), s) for s in stops.strings if s in text[start:]]
+            if hits:
+                at, matched = min(hits)
+                return n, {"type": "stop", "matched": matched}, at
+    if eos:
+        return eos_at, {"type": "stop", "matched": EOS_TOKEN_ID}, None
+    return max_new_tokens, {"type": "length", "length": max_new_tokens}, None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    key=st.text(max_size=6),
+    budget=st.integers(0, 120),
+    eos_at=st.integers(1, 140),
+    picks=st.lists(st.tuples(st.integers(0, 119), st.integers(1, 9)), max_size=3),
+    min_new=st.integers(0, 30),
+    by_token=st.booleans(),
+    ignore_eos=st.booleans(),
+    step=st.integers(1, 7),
+)
+def test_the_incremental_end_is_the_old_planners(
+    key: str, budget: int, eos_at: int, picks: list[tuple[int, int]], min_new: int,
+    by_token: bool, ignore_eos: bool, step: int,
+) -> None:  # fmt: skip
+    """Stop strings cut from the answer's own words (within and across words), stop tokens,
+    EOS, min_new_tokens: the same tokens and the same end as the up-front planner."""
+    ids = completion_ids(3, key, 140)
+    text = detokenize(ids)
+    strings = tuple(text[a % max(1, len(text)) :][:size] for a, size in picks if text)
+    tokens = frozenset(ids[a] for a, _ in picks) if by_token else frozenset()
+    stops = Stops(tuple(s for s in strings if s), tokens, ignore_eos, min_new)
+    n, finish, trim = _old_plan_end(ids, eos_at, budget, stops)
+    completion = Completion(3, key, budget, stops, eos_at=eos_at)
+    got, got_finish = _all(completion, step) if budget else ([], completion.end.finish)
+    assert (len(got), got_finish) == (n, finish)
+    assert got[: max(0, n - 1)] == ids[: max(0, n - 1)]
+    if trim is not None:
+        assert completion.end is not None and completion.end.trim_at == trim
+
+
+def test_a_stop_string_costs_each_token_the_same() -> None:
+    """A stop string never found in a 200,000-token budget: the tokens come in O(1) each (the
+    planner before rescanned the whole text per token: 32 s of a blocked event loop)."""
+    completion = Completion(1, "long", 200_000, Stops(("never-a-twin-word",)), eos_at=10**9)
+    made = 0
+    while not completion.end:
+        made += len(completion.take(5000)[0])
+    assert made == 200_000 and completion.end.finish["type"] == "length"
+    assert len(completion._strings._tail) < len("never-a-twin-word")  # type: ignore[union-attr]
 
 
 def test_the_benchmark_client_always_asks_for_its_whole_budget() -> None:
