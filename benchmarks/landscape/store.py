@@ -18,33 +18,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-META_KEY = b"rayspec_landscape"
-SCHEMA = pa.schema(
-    [
-        ("drafter", pa.string()),
-        ("mode", pa.string()),  # "off" | "EAGLE3"
-        ("num_steps", pa.int32()),  # null when off
-        ("eagle_topk", pa.int32()),
-        ("num_draft_tokens", pa.int32()),
-        ("setting", pa.string()),  # the Candidate's label()
-        ("start", pa.int32()),  # 0-based per drafter and setting
-        ("run", pa.int32()),  # -1: warm-up
-        ("index", pa.int32()),
-        ("tok_s", pa.float64()),  # the run's run_tok_s
-        ("prompt_tokens", pa.int32()),
-        ("completion_tokens", pa.int32()),
-        ("ttft_ms", pa.float64()),
-        ("e2e_ms", pa.float64()),
-        ("itl_ms", pa.list_(pa.float64())),
-        ("accept_length", pa.float64()),  # null when off
-        ("spec_verify_ct", pa.int32()),
-        ("accept_histogram", pa.list_(pa.int64())),
-        ("output_ids", pa.list_(pa.int64())),
-        ("startup_s", pa.float64()),  # launch to ready of that start
-        ("load_1m", pa.float64()),  # os.getloadavg()[0] at the start
-        ("started_unix_s", pa.float64()),
-    ]
-)
+from rayspec.store import LANDSCAPE_META_KEY
+from rayspec.store import LANDSCAPE_SCHEMA
+
+# One format: the store's (rayspec.store.read_landscape checks it; ReplayedTrials reads it).
+META_KEY = LANDSCAPE_META_KEY.encode()
+SCHEMA = LANDSCAPE_SCHEMA
 COLUMNS = tuple(SCHEMA.names)
 
 
