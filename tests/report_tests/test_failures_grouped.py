@@ -17,12 +17,14 @@ from rayspec.tune._trial import failed_result
 from tests.helpers import twin_doc
 from tests.helpers import write_experiment
 
+# A crash mid-benchmark: the same startup failure twice in a row would stop the study
+# (tune/_halt.py) before 30 trials; one mid-benchmark is the configuration's, so it goes on.
 WHY = "ImportError: libcudart.so.12: cannot open shared object file <no such file> | see log"
 
 
 def _broken(cfg: Any, number: int, candidate: Any, **_: Any) -> Any:
     launch = build_launch(cfg, candidate, port=cfg.server.port, log_path="-", trial=number)
-    return failed_result(number, candidate, FailureReason.STARTUP_CRASH, WHY, launch=launch)
+    return failed_result(number, candidate, FailureReason.CRASH_MID_BENCHMARK, WHY, launch=launch)
 
 
 def _numbers(span: str) -> list[int]:
@@ -48,7 +50,7 @@ def test_a_broken_study_reports_one_line_per_kind_of_failure(tmp_path) -> None:
     assert 1 < len(lines) <= 5  # one per kind of failure, not one per trial (30 before)
     why = "cannot open shared object file &lt;no such file&gt; \\| see log"  # escaped
     (launched,) = [line for line in lines if line.endswith(why)]
-    assert launched.startswith("- trials 0-3, 5-") and " alike) (startup_crash): " in launched
+    assert launched.startswith("- trials 0-3, 5-") and " alike) (crash_mid_benchmark): " in launched
     spans = [line.split(" (", 1)[0].split(" ", 2)[2] for line in lines]  # "- trials 3, 5-7"
     named = [n for span in spans for n in _numbers(span)]
     assert sorted(named) == list(range(30))  # every failed trial in one line exactly
