@@ -62,7 +62,7 @@ RESUME_MAY_CHANGE = (
     # how the search decides what to measure next, and how the pick is read from what it did
     "study.sampler", "study.seed", "study.n_startup_trials", "study.enqueue", "study.pruning",
     "study.prune_min_runs", "study.alpha", "study.pick_margin", "study.start_noise",
-    "study.expect_accept_length", "bench.max_repeats", "search.nccl_screen.*",
+    "study.stop_gain", "study.expect_accept_length", "bench.max_repeats", "search.nccl_screen.*",
     # timeouts
     "bench.read_timeout_s", "bench.request_timeout_s", "server.startup_timeout_s",
     "server.stop_timeout_s",

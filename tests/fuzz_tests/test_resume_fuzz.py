@@ -87,6 +87,7 @@ def _alternatives(tmp: str) -> dict[str, list[Any]]:
         "study.alpha": [0.01],
         "study.pick_margin": [0.02],
         "study.start_noise": [0.02],
+        "study.stop_gain": [0.001],
         "study.expect_accept_length": [2.0],
         "study.verify_plan": [0, 2],
         "cluster.address": ["127.0.0.1:6379"],
