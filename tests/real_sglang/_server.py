@@ -24,7 +24,13 @@ from rayspec.server._process import process_tree
 from rayspec.testing._twin import free_port
 
 SITE = Path(__file__).with_name("_site")
+# The ready wait is counted in the CPU seconds the server's processes spent, not in wall
+# seconds: a server on a loaded machine (the other xdist worker, a benchmark beside it) gets a
+# fraction of a core and took 157 s of wall time to start plain at load 7, 45 s when quiet.
+# Its CPU time to get ready is about the same either way. The wall clock only bounds a server
+# that is starved entirely (READY_WALL_FACTOR times as long).
 READY_TIMEOUT_S = 180.0
+READY_WALL_FACTOR = 5.0
 STOP_TIMEOUT_S = 20.0
 # The CPU path, small models and quiet idling (sglang-cpu notes in docs/real-sglang-cpu.md).
 # What a rayspec study passes in server.extra_flags (rayspec adds --enable-metrics itself).
@@ -141,6 +147,15 @@ def log_tail(log_path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of one process (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _wait_ready(
     proc: subprocess.Popen[bytes],
     base_url: str,
@@ -148,10 +163,18 @@ def _wait_ready(
     timeout_s: float,
     seen: set[int],
 ) -> None:
-    deadline = time.monotonic() + timeout_s
+    """Wait for ``/health_generate``: at most ``timeout_s`` CPU seconds of the server's process
+    tree (each process's last reading kept once it exits), and ``READY_WALL_FACTOR`` times
+    that in wall time."""
+    wall_deadline = time.monotonic() + READY_WALL_FACTOR * timeout_s
+    spent: dict[int, float] = {}
     with httpx.Client(timeout=10.0) as client:
-        while time.monotonic() < deadline:
+        while time.monotonic() < wall_deadline and sum(spent.values()) < timeout_s:
             seen.update(process_tree(proc.pid))
+            for pid in process_tree(proc.pid):
+                cpu = _cpu_s(pid)
+                if cpu is not None:
+                    spent[pid] = cpu
             if proc.poll() is not None:
                 raise ServerFailed(
                     f"SGLang exited with {proc.returncode} before it was ready; log tail:\n"
@@ -165,8 +188,9 @@ def _wait_ready(
                 pass
             time.sleep(1.0)
     raise ServerFailed(
-        f"SGLang did not answer /health_generate within {timeout_s:.0f} s; log tail:\n"
-        + log_tail(log_path)
+        f"SGLang did not answer /health_generate after {sum(spent.values()):.0f} CPU s of its "
+        f"processes (limit {timeout_s:.0f}; {READY_WALL_FACTOR * timeout_s:.0f} s of wall time "
+        "at most); log tail:\n" + log_tail(log_path)
     )
 
 
