@@ -138,11 +138,18 @@ def replay(path: str) -> ReplayedTrials:
 
 
 def _space_yaml(path: str) -> str:
-    """The recorded space: ``cpu-landscape.yaml`` beside the landscape or in
-    ``benchmarks/spaces/`` when one exists, else the recorded settings' steps, topks and tree
-    budgets (written to the cache; a chain's budget is its steps + 1)."""
-    for space_file in (os.path.join(os.path.dirname(path), "cpu-landscape.yaml"), LANDSCAPE_SPACE):
-        if os.path.isfile(space_file):
+    """The recorded space: ``cpu-landscape.yaml`` beside the landscape, or
+    ``benchmarks/spaces/``'s for a landscape of ``benchmarks/landscapes/`` (the recorder's),
+    else the recorded settings' steps, topks and tree budgets (written to the cache; a chain's
+    budget is its steps + 1)."""
+    beside = os.path.join(os.path.dirname(path), "cpu-landscape.yaml")
+    recorders = (
+        os.path.samefile(os.path.dirname(path) or ".", LANDSCAPES)
+        if os.path.isdir(LANDSCAPES)
+        else False
+    )
+    for space_file in (beside, LANDSCAPE_SPACE if recorders else ""):
+        if space_file and os.path.isfile(space_file):
             return space_file
     rows = replay(path).landscape.rows
     spec = [r for r in rows if r.mode != "off"]

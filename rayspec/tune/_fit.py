@@ -70,7 +70,7 @@ def served_context(cfg: ExperimentConfig) -> tuple[int, str] | None:
     if given is not None:
         return given, "--context-length in server.extra_flags"
     if cfg.server.engine is Engine.twin:
-        from rayspec.twin._resolve import DEFAULT_CONTEXT_LEN
+        from rayspec.twin import DEFAULT_CONTEXT_LEN
 
         return DEFAULT_CONTEXT_LEN, "the twin's"
     target, _ = read_model("server.model_path", cfg.server.model_path)

@@ -449,7 +449,7 @@ def _served_context(cfg: ExperimentConfig) -> tuple[int, str]:
     rule: ``--context-length``, else the model folder's config.json)."""
     from rayspec.tune._node._models import _context_flag
     from rayspec.tune._node._models import read_model
-    from rayspec.twin._resolve import DEFAULT_CONTEXT_LEN
+    from rayspec.twin import DEFAULT_CONTEXT_LEN
 
     srv = cfg.server
     flag = _context_flag(srv.extra_flags)
@@ -511,7 +511,7 @@ def _twin_served_warnings(cfg: ExperimentConfig) -> list[str]:
     times every trial as its profile's model at the profile's TP, whatever server.model_path
     and server.tp_size say."""
     from rayspec.twin import load_profile
-    from rayspec.twin._served import mismatches
+    from rayspec.twin import mismatches
 
     srv = cfg.server
     try:

@@ -27,10 +27,13 @@ from rayspec.twin._noise import RequestNoise
 from rayspec.twin._profile import Profile
 from rayspec.twin._profile import available_profiles
 from rayspec.twin._profile import load_profile
+from rayspec.twin._resolve import DEFAULT_CONTEXT_LEN
 from rayspec.twin._resolve import Resolution
 from rayspec.twin._resolve import resolve_server_args
+from rayspec.twin._served import mismatches
 
 __all__ = [
+    "DEFAULT_CONTEXT_LEN",
     "NCCL_ALGORITHMS",
     "NCCL_PROTOCOLS",
     "DraftTreeError",
@@ -46,6 +49,7 @@ __all__ = [
     "RequestNoise",
     "Resolution",
     "available_profiles",
+    "mismatches",
     "build_draft_tree",
     "load_profile",
     "nccl_int_var",

@@ -134,6 +134,8 @@ def field_cfg(tmp_path: Any, *overrides: str, target: Any = None, draft: Any = N
     srv = {"engine": "sglang", "model_path": model, "draft_model_path": draft_path,
            "port": free_port_block(1), **server}  # fmt: skip
     doc = twin_doc(str(tmp_path / "runs"), server=srv)
+    # The dashboard's fixed port (8265) may be held by another test's study: not this test's.
+    doc.setdefault("cluster", {})["include_dashboard"] = False
     return load_config(write_experiment(str(tmp_path), doc), list(overrides))
 
 
