@@ -3,8 +3,9 @@
 ``server.env.HF_TOKEN: ${oc.env:HF_TOKEN}`` hands the server a token the experiment read from
 the driver's environment. The study writes its launches in many places (the trial rows, the
 journal, ``nccl_screen.json``, ``best.sh``, ``best-twin.sh``, ``best.yaml``, ``report.md``); a
-variable whose name looks secret (:func:`is_secret`: it holds ``TOKEN``, ``KEY``, ``SECRET``,
-``PASSWORD``, ``PASSWD`` or ``CREDENTIAL``, in any case) is written everywhere as
+variable whose name looks secret (:func:`is_secret`: a part of it between underscores is
+``TOKEN``, ``KEY``, ``SECRET``, ``PASSWORD``, ``PASSWD`` or ``CREDENTIAL``, plural too, in any
+case) is written everywhere as
 :data:`SECRET_VALUE`, and the scripts read it from their own environment when they run
 (:func:`secret_lines`). A name that only looks secret (``MONKEY_PATCH``) is treated the same:
 the script then asks for it at run time, which costs an ``export``, never a leak.
@@ -20,7 +21,12 @@ from collections.abc import Mapping
 
 __all__ = ["SECRET_VALUE", "is_secret", "redact_env", "secret_lines", "split_secrets"]
 
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# Whole parts of the name (between underscores): TOKENIZERS_PARALLELISM holds no token, and
+# a real study sets it (real SGLang's tests: best.sh refused to start without it).
+_SECRET_NAME = re.compile(
+    r"(?:^|_)(?:TOKENS?|API_?KEYS?|KEYS?|SECRETS?|PASSWORDS?|PASSWD|CREDENTIALS?)(?:_|$)",
+    re.IGNORECASE,
+)
 
 SECRET_VALUE = "<secret: not written; read from the environment at run time>"
 """What a secret variable's value is written as, wherever the study writes a launch."""

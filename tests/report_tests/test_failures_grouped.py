@@ -50,7 +50,9 @@ def test_a_broken_study_reports_one_line_per_kind_of_failure(tmp_path) -> None:
     assert 1 < len(lines) <= 5  # one per kind of failure, not one per trial (30 before)
     why = "cannot open shared object file &lt;no such file&gt; \\| see log"  # escaped
     (launched,) = [line for line in lines if line.endswith(why)]
-    assert launched.startswith("- trials 0-3, 5-") and " alike) (crash_mid_benchmark): " in launched
+    assert (
+        launched.startswith("- trials 0-3, 5-") and " alike) (crash_mid_benchmark): " in launched
+    )
     spans = [line.split(" (", 1)[0].split(" ", 2)[2] for line in lines]  # "- trials 3, 5-7"
     named = [n for span in spans for n in _numbers(span)]
     assert sorted(named) == list(range(30))  # every failed trial in one line exactly

@@ -134,7 +134,8 @@ def test_a_missing_environment_variable_names_the_key_and_the_variable(monkeypat
     [("HF_TOKEN", True), ("HUGGING_FACE_HUB_TOKEN", True), ("OPENAI_API_KEY", True),
      ("AWS_SECRET_ACCESS_KEY", True), ("DB_PASSWORD", True), ("GOOGLE_APPLICATION_CREDENTIALS",
      True), ("hf_token", True), ("NCCL_PROTO", False), ("CUDA_VISIBLE_DEVICES", False),
-     ("SGLANG_ENABLE_TORCH_COMPILE", False)],
+     ("SGLANG_ENABLE_TORCH_COMPILE", False), ("TOKENIZERS_PARALLELISM", False),
+     ("MONKEY_PATCH", False)],
 )  # fmt: skip
 def test_which_names_are_secrets(name: str, secret: bool) -> None:
     assert is_secret(name) is secret
