@@ -15,9 +15,12 @@ import tempfile
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# Before ray is imported anywhere: no auth token file, no usage-stats banner.
+# Before ray is imported anywhere: no auth token file, no usage-stats banner, and no silent
+# `ray.init()` by the first Ray call of a process without a cluster (it would start one with
+# this machine's 0 GPUs, and a study on it waits for its 8 until the test times out).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
 
 from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
@@ -119,6 +122,9 @@ def start_local_ray() -> None:
     )
 
 
+_session_ray: list[bool] = []  # [True] once this process's ray_cluster fixture has run
+
+
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[None]:
     """A private local cluster with 8 fake GPUs (``address="local"`` never joins another)."""
@@ -126,5 +132,19 @@ def ray_cluster() -> Iterator[None]:
 
     if not ray.is_initialized():
         start_local_ray()
+    _session_ray.append(True)
     yield
     ray.shutdown()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that needs the session's cluster gets it back if an earlier test of this process
+    ended it (a cluster of its own, or a `connect()` that shut Ray down on an exception): before
+    any fixture of the test is built, module-scoped ones included."""
+    if not _session_ray or "ray_cluster" not in getattr(item, "fixturenames", ()):
+        return
+    import ray
+
+    if not ray.is_initialized():
+        start_local_ray()

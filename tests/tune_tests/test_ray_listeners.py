@@ -242,6 +242,9 @@ def _seen_by_init(monkeypatch, overrides: list[str], tmp_path) -> dict[str, obje
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
     monkeypatch.setattr(ray, "init", fake_init)
+    # connect() shuts Ray down on any exception: the stand-in's stop must not end the session's
+    # cluster (a later test in this process would auto-start one with no GPUs and wait forever).
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
     before = ray_constants.ENABLE_RAY_CLUSTER
     cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}", *overrides])
     with pytest.raises(_Stop):

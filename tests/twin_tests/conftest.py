@@ -46,11 +46,13 @@ def start_twin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartTwin]:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The twin HTTP fuzz's closing count: cases generated, how they ended."""
     from tests.twin_tests.test_twin_http_fuzz import COUNTS
+    from tests.twin_tests.test_twin_http_fuzz import HELD_MS
     from tests.twin_tests.test_twin_http_fuzz import INVARIANTS
 
     if COUNTS:
         total = sum(COUNTS.values())
         parts = ", ".join(f"{k} {v}" for k, v in sorted(COUNTS.items()))
         terminalreporter.write_line(
-            f"twin HTTP fuzz: {total} cases, {INVARIANTS} invariants each: {parts}"
+            f"twin HTTP fuzz: {total} cases, {INVARIANTS} invariants each (the loop held "
+            f"{max(HELD_MS, default=0):.0f} ms of CPU at most): {parts}"
         )

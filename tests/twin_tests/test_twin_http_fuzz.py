@@ -62,6 +62,7 @@ MAX_LAG_S = 0.1
 MAX_TRACED = 64 * 2**20
 
 COUNTS: Counter[str] = Counter()  # how the cases ended (printed by conftest.py)
+HELD_MS: list[float] = []  # the longest CPU hold of the loop in any case (printed beside them)
 INVARIANTS = 6
 
 # SGLang's refusal bodies (tests/data/sglang-0.5.23-dialect.json's error probes), by key set.
@@ -306,6 +307,7 @@ def _case(
     assert peak - before < MAX_TRACED, f"{(peak - before) / 2**20:.0f} MiB ({path})"  # 5
     assert env.server.engine.idle, "requests left running"  # 6
     COUNTS[f"{path} {outcome}"] += 1
+    HELD_MS[:] = [max([*HELD_MS, env.probe.max_lag_s * 1000])]
 
 
 # ---------------------------------------------------------------------------------- the tests
