@@ -54,6 +54,25 @@ def spawn_tree() -> dict[str, int]:
     return pids
 
 
+def die(args: argparse.Namespace) -> None:
+    if args.fail:
+        text, code, _ = LINES[args.fail]
+        sys.stdout.write(text)
+    else:
+        print("[2026-11-29 12:00:09 TP0] Scheduler hit an exception: Segmentation fault")
+        code = 1
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def die_on_file(args: argparse.Namespace) -> None:
+    """A failure at a moment the test chooses (a delay after ready races the ready wait on a
+    loaded machine)."""
+    while not os.path.exists(args.fail_on_file):
+        time.sleep(0.02)
+    die(args)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--host", default="127.0.0.1")
@@ -63,6 +82,9 @@ def main() -> None:
     ap.add_argument("--spawn-tree", action="store_true")
     ap.add_argument("--fail", choices=sorted(LINES))
     ap.add_argument("--fail-after-ready-s", type=float, default=None)
+    ap.add_argument(
+        "--fail-on-file", default="", help="fail (as --fail says) once this file exists"
+    )
     ap.add_argument("--ignore-sigterm", action="store_true")
     ap.add_argument("--flush-busy", type=int, default=0, help="answer 400 to this many flushes")
     ap.add_argument("--print-env", default="", help="comma-separated names to report")
@@ -79,7 +101,9 @@ def main() -> None:
         print(args.say, flush=True)
     env = {k: os.environ.get(k) for k in args.print_env.split(",") if k}
     print("FAKE_ENV " + json.dumps(env, sort_keys=True), flush=True)
-    if args.fail and args.fail_after_ready_s is None:
+    if args.fail_on_file:
+        threading.Thread(target=die_on_file, args=(args,), daemon=True).start()
+    elif args.fail and args.fail_after_ready_s is None:
         text, code, _ = LINES[args.fail]
         time.sleep(0.1)
         sys.stdout.write(text)
@@ -100,14 +124,7 @@ def main() -> None:
 
     def die_later() -> None:
         time.sleep(args.fail_after_ready_s)
-        if args.fail:
-            text, code, _ = LINES[args.fail]
-            sys.stdout.write(text)
-        else:
-            print("[2026-11-29 12:00:09 TP0] Scheduler hit an exception: Segmentation fault")
-            code = 1
-        sys.stdout.flush()
-        os._exit(code)
+        die(args)
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt: str, *a: object) -> None:

@@ -110,10 +110,12 @@ def test_a_taken_port_fails_readiness_at_once(make_launch) -> None:
     assert wait_gone(pids) == []
 
 
-def test_crash_while_serving(make_launch) -> None:
+def test_crash_while_serving(make_launch, tmp_path) -> None:
+    trigger = tmp_path / "crash-now"
     with SGLangBackend(grace_s=1.0) as backend:
-        backend.start(make_launch("--ready-after-s", "0", "--fail-after-ready-s", "0.3"))
+        backend.start(make_launch("--ready-after-s", "0", "--fail-on-file", str(trigger)))
         backend.wait_ready(poll_s=0.1)
+        trigger.touch()  # the crash comes once the server is ready and known to be
         deadline = time.monotonic() + 10
         while backend.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -125,14 +127,15 @@ def test_crash_while_serving(make_launch) -> None:
             backend.flush_cache(timeout_s=1.0)
 
 
-def test_oom_while_serving_keeps_its_cause(make_launch) -> None:
+def test_oom_while_serving_keeps_its_cause(make_launch, tmp_path) -> None:
+    trigger = tmp_path / "oom-now"
     with SGLangBackend(grace_s=1.0) as backend:
         backend.start(
-            make_launch(
-                "--ready-after-s", "0", "--fail", "torch_oom", "--fail-after-ready-s", "0.2"
-            )
-        )
+            make_launch("--ready-after-s", "0", "--fail", "torch_oom", "--fail-on-file",
+                        str(trigger))
+        )  # fmt: skip
         backend.wait_ready(poll_s=0.1)
+        trigger.touch()
         deadline = time.monotonic() + 10
         while backend.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
