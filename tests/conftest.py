@@ -41,11 +41,38 @@ def _work_unit(nodeid: str) -> str:
     return REAL_SGLANG if path.startswith(REAL_SGLANG) else path
 
 
+# The fast lane (`pytest -m "not slow"`, the edit loop) leaves out what starts processes,
+# clusters or studies: these folders, tests using these fixtures, and test modules that import
+# a starter (a study, a CLI run, a server or a subprocess).
+SLOW_FOLDERS = ("tests/real_sglang/", "tests/contract_tests/", "tests/chaos_tests/",
+                "tests/reliability_tests/", "tests/integrity_tests/")  # fmt: skip
+SLOW_FIXTURES = frozenset({"ray_cluster", "sglang_python", "start_twin", "study", "fake_server"})
+STARTERS = frozenset({
+    "run_study", "subprocess", "TwinProcess", "SGLangBackend", "TwinBackend", "SimulatedTrials",
+    "ReplayedTrials", "given", "multiprocessing", "load_benchmark", "serving", "RayNcclScreen",
+    "TorchNcclScreen",
+})  # fmt: skip
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    path = item.nodeid.split("::", 1)[0]
+    module = getattr(item, "module", None)
+    return (
+        path.startswith(SLOW_FOLDERS)
+        or not SLOW_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+        or (module is not None and not STARTERS.isdisjoint(vars(module)))
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, the work units in the order they are handed out: the real-SGLang folder
-    (the longest), then files by their number of tests, fewest first (the end-to-end studies
-    are files of a few long tests), so short tests fill the end. A stable sort: each file keeps
-    its order. A run in one process (``-n 0``) keeps pytest's order."""
+    """Marks the slow tests (see ``SLOW_FOLDERS``). Under xdist, the work units in the order
+    they are handed out: the real-SGLang folder (the longest), then files by their number of
+    tests, fewest first (the end-to-end studies are files of a few long tests), so short tests
+    fill the end. A stable sort: each file keeps its order. A run in one process (``-n 0``)
+    keeps pytest's order."""
+    for item in items:
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     sizes = collections.Counter(_work_unit(item.nodeid) for item in items)

@@ -14,6 +14,7 @@ import math
 import random
 
 import numpy as np
+import pytest
 
 from rayspec import Candidate
 from rayspec import SpecSettings
@@ -23,6 +24,8 @@ from rayspec.search import Point
 from rayspec.search import pick
 from rayspec.search import weigh
 from rayspec.search._surface import Surface
+
+pytestmark = pytest.mark.slow  # many simulated studies: out of the fast lane
 
 LL_SYS = (("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL"))
 START_SD, ACCEPT_SD, TIME_SD = 0.03, 0.04, 0.003

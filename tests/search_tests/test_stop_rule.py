@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+import pytest
+
 from rayspec._config import load_config
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
@@ -16,6 +18,8 @@ from rayspec.search import StructuredSearch
 from rayspec.search import pick
 from rayspec.search import weigh
 from tests.helpers import TWIN_EXPERIMENT
+
+pytestmark = pytest.mark.slow  # many simulated studies: out of the fast lane
 
 BUDGET = 40
 
