@@ -40,6 +40,7 @@ USER_PAGES = [
     "docs/search.md",
     "docs/config.md",
     "docs/measurement.md",
+    "docs/real-node.md",
     "docs/cluster.md",
     "docs/failures.md",
     "docs/twin.md",

@@ -29,6 +29,7 @@ HOMES = [
     "docs/search.md",
     "docs/config.md",
     "docs/measurement.md",
+    "docs/real-node.md",
     "docs/cluster.md",
     "docs/failures.md",
     "docs/twin.md",
