@@ -198,7 +198,7 @@ CASES: dict[str, list[str]] = {
         "server.twin.profile=kimi-k2.5-tp8-pcie-weak-drafter",
     ],
 }
-# The table of the README and benchmarks/results/search_efficiency.txt: the default --cases.
+# The table of benchmarks/results/README.md and search_efficiency.txt there: the default --cases.
 DEFAULT_CASES = tuple(CASES)
 DEEP = ["server.twin.profile=l40s-pcie-tp4-dense-deep", "server.tp_size=4"]
 P2P_BROKEN = ["server.twin.profile=kimi-k2.5-tp8-pcie-p2p-broken"]

@@ -1,6 +1,6 @@
 """clusters/: rayspec's side of each cluster loads, and the KubeRay files agree with KubeRay (its
 RayCluster schema and how its operator starts Ray), with Ray, with the image and with the
-README's commands."""
+commands of docs/cluster.md (the README's *On a Ray cluster* links it)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ MANIFEST = os.path.join(CLUSTERS, "kuberay", "rayspec-raycluster.yaml")
 DOCKERFILE = os.path.join(CLUSTERS, "kuberay", "Dockerfile")
 # tests/data/derive_raycluster_schema.py made it from KubeRay's CRD; it names the tag and commit.
 SCHEMA = os.path.join(REPO, "tests", "data", "raycluster-v1.5.1.schema.json")
-README = os.path.join(REPO, "README.md")
+GUIDE = os.path.join(REPO, "docs", "cluster.md")  # the cluster steps, as the user runs them
 
 
 def _load(path: str) -> Any:
@@ -70,10 +70,10 @@ def schema_errors(doc: Any) -> list[str]:
 def test_the_kuberay_manifest_is_a_raycluster_kuberay_keeps_whole() -> None:
     schema = _load(SCHEMA)
     assert schema_errors(_load(MANIFEST)) == []
-    # The schema is the oldest operator the manifest and the README name (authOptions).
+    # The schema is the oldest operator the manifest and the guide name (authOptions).
     oldest = schema["x-kuberay-version"].removeprefix("v")
     assert f"v{oldest} or newer" in _read(MANIFEST)
-    assert f"KubeRay operator ({oldest} or newer)" in " ".join(_read(README).split())
+    assert f"KubeRay operator ({oldest} or newer)" in " ".join(_read(GUIDE).split())
 
 
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -179,8 +179,8 @@ def test_each_pod_starts_ray_as_the_study_needs() -> None:
     assert head["head"] and head["block"] and head["num_gpus"] == 0  # no trial on the head
     (container,) = head_group["template"]["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports["dashboard"] == head["dashboard_port"] == 8265  # the README's port-forward
-    assert ports["gcs"] == 6379 and ports["client"] == 10001  # the README's ray:// port
+    assert ports["dashboard"] == head["dashboard_port"] == 8265  # the guide's port-forward
+    assert ports["gcs"] == 6379 and ports["client"] == 10001  # the guide's ray:// port
     (group,) = doc["spec"]["workerGroupSpecs"]
     assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]
     worker = start.make_context("start", kuberay_ray_start(doc, group, head=False)[2:]).params
@@ -191,7 +191,7 @@ def test_each_pod_starts_ray_as_the_study_needs() -> None:
     assert worker["address"].startswith(f"{doc['metadata']['name']}-head-svc.")
 
 
-# ---------------------------------------------------------------- the image and the README
+# ---------------------------------------------------------------- the image and the guide
 
 
 def _dockerfile() -> tuple[dict[str, str], list[str], list[list[str]], str]:
@@ -205,14 +205,16 @@ def _dockerfile() -> tuple[dict[str, str], list[str], list[list[str]], str]:
     return args, runs, copies, workdir
 
 
-def _readme_kuberay_commands() -> list[list[str]]:
-    text = _read(README)
-    block = text[text.index("**Kubernetes (KubeRay).**") :].split("```bash\n", 1)[1]
+def _guide_kuberay_commands() -> list[list[str]]:
+    text = _read(GUIDE)
+    section = text[text.index("\n## Kubernetes (KubeRay)\n") :]
+    section = section[: section.index("\n## ", 1)]  # the section, up to the next one
+    block = section.split("```bash\n", 1)[1]
     lines = block.split("```", 1)[0].replace("\\\n", " ").splitlines()
     return [shlex.split(line, comments=True) for line in lines if line.strip()]
 
 
-def test_the_image_holds_what_the_manifest_and_the_readme_expect() -> None:
+def test_the_image_holds_what_the_manifest_and_the_guide_expect() -> None:
     args, runs, copies, workdir = _dockerfile()
     doc = _load(MANIFEST)
     pyproject = tomllib.loads(_read(os.path.join(REPO, "pyproject.toml")))
@@ -236,8 +238,8 @@ def test_the_image_holds_what_the_manifest_and_the_readme_expect() -> None:
             copied[src] = dest if len(sources) == 1 else os.path.join(dest, src)
     assert {project["readme"], "pyproject.toml", "rayspec"} <= set(copied)
     assert all(dest.startswith(workdir + "/") for dest in copied.values())
-    # The README's commands: the study runs in the head pod, from WORKDIR, on files it copied.
-    commands = _readme_kuberay_commands()
+    # The guide's commands: the study runs in the head pod, from WORKDIR, on files it copied.
+    commands = _guide_kuberay_commands()
     name = doc["metadata"]["name"]
     (get_head,) = [c for c in commands if c[0].startswith("HEAD=")]
     # The labels KubeRay puts on every pod (pod.go labelPod; utils/constant.go).

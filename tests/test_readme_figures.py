@@ -1,5 +1,6 @@
-"""The README's figures about the benchmarks match what the benchmarks do when run as printed
-(their defaults), and a plain benchmark run leaves the shipped results alone."""
+"""The figures the docs give about the benchmarks (benchmarks/results/README.md, which the README
+links) match what the benchmarks do when run as printed (their defaults), and a plain benchmark
+run leaves the shipped results alone."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import re
 from tests.helpers import REPO
 from tests.helpers import load_benchmark
 
+RESULTS = os.path.join(REPO, "benchmarks", "results", "README.md")
 
-def _readme() -> str:
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
+
+def _results() -> str:
+    with open(RESULTS, encoding="utf-8") as fh:
         return " ".join(fh.read().split())
 
 
@@ -21,7 +24,7 @@ def test_search_efficiency_study_counts() -> None:
     strategies = len(defaults.strategies.split(","))
     cases = defaults.cases.split(",")
     studies = len(cases) * strategies * defaults.seeds
-    text = _readme()
+    text = _results()
     assert (
         f"`.venv/bin/python benchmarks/search_efficiency.py` drives the real study loop "
         f"{studies} times ({len(cases)} cases x {strategies} strategies x {defaults.seeds} seeds"
@@ -38,7 +41,7 @@ def test_search_efficiency_study_counts() -> None:
 def test_scaling_figures_and_results_file() -> None:
     bench = load_benchmark("scaling")
     defaults = bench.parser().parse_args([])
-    text = _readme()
+    text = _results()
     assert (
         f"`benchmarks/scaling.py` runs the same twin study ({defaults.budget} restarts, seed "
         f"{defaults.seed})"

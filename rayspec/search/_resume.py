@@ -55,7 +55,8 @@ __all__ = [
 ATTR_MEASURED_WITH = "measured_with"  # the study attribute holding the fingerprint
 # Keys whose change names another study (a new folder or storage), never a resume.
 IDENTITY_KEYS = ("study.name", "output.dir", "study.storage")
-# What a resume may change: nothing any trial measured depends on it (README, "Resuming").
+# What a resume may change: nothing any trial measured depends on it
+# (docs/config.md, *Resuming a study*).
 RESUME_MAY_CHANGE = (
     # the budget
     "study.max_restarts", "study.max_wall_s", "study.n_trials", "study.verify_plan",

@@ -2,7 +2,7 @@
 and re-launch the contenders before calling one best.
 
 Every restart on a real node costs minutes, so the strategy spends them where the structure of
-the problem says the answer is (the README's *How it searches*):
+the problem says the answer is (docs/search.md, *How it searches*):
 
 1. **NCCL from the screen.** Each candidate runs with the NCCL class the screen found fastest
    at its own message size (a verify of N tokens moves N x hidden x bytes). Sets the screen

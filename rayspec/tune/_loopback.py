@@ -8,7 +8,7 @@ takes the address of the default route as the node IP and turns a ``_node_ip_add
 127.0.0.1 back into that address; only where it runs single-node clusters (its
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` switch off, the default on macOS and Windows) does it keep
 127.0.0.1. A private cluster is single-node by construction, so :func:`loopback_node` turns that
-switch off while the cluster starts. The README's *What listens where* says what a user
+switch off while the cluster starts. docs/cluster.md, *What listens where*, says what a user
 gets in each mode.
 """
 

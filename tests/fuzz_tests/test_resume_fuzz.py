@@ -1,6 +1,6 @@
 """Property: a resume with one experiment key changed is refused with one ``error:`` line naming
-that key (exit 2, nothing written), or the key is one a resume may change (README, *Resuming a
-study*) and the resume is accepted.
+that key (exit 2, nothing written), or the key is one a resume may change (docs/config.md,
+*Resuming a study*) and the resume is accepted.
 
 One stored study (a small twin study of simulated trials) is resumed through the CLI in-process
 with ``--dry-run`` (preflight's resume check, no Ray, nothing written) and ``key=value`` for one

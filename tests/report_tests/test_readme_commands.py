@@ -1,9 +1,11 @@
-"""The README's commands for reading a finished study (the report, pandas, DuckDB, the optuna
-CLI) run exactly as printed, from a folder laid out like the quickstart's: ``runs/eagle3-twin``
-and the venv at ``.venv``."""
+"""The commands the README and its pages (docs/, CONTRIBUTING.md, benchmarks/results/README.md)
+print for reading a finished study (the report, pandas, DuckDB, the optuna CLI) run exactly as
+printed, from a folder laid out like the quickstart's: ``runs/eagle3-twin`` and the venv at
+``.venv``."""
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -18,22 +20,36 @@ from tests.report_tests.conftest import Study
 _FENCE = re.compile(r"```bash\n(.*?)```", re.S)
 
 
-def _readme_lines() -> list[str]:
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
-        text = fh.read()
-    return [
+def _pages() -> list[str]:
+    """The README and the pages its sections moved to: every markdown file of docs/, the
+    contributor guide and the results' page."""
+    docs = sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
+    rest = ["CONTRIBUTING.md", "CHANGELOG.md", os.path.join("benchmarks", "results", "README.md")]
+    return [os.path.join(REPO, "README.md"), *docs, *(os.path.join(REPO, p) for p in rest)]
+
+
+def _text(path: str) -> str:
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _doc_lines() -> list[str]:
+    """Each ``.venv/bin/`` line of a bash block of those pages, once, in order."""
+    lines = [
         line.strip()
-        for block in _FENCE.findall(text)
+        for page in _pages()
+        for block in _FENCE.findall(_text(page))
         for line in block.splitlines()
         if line.strip().startswith(".venv/bin/")
     ]
+    return list(dict.fromkeys(lines))
 
 
 def _reading_commands() -> list[str]:
     """The lines that read a finished study folder (the ones that start servers, Ray or a web
     UI are covered by the front-door tests or cannot run here)."""
     keep = []
-    for line in _readme_lines():
+    for line in _doc_lines():
         if "optuna-dashboard" in line or "rayspec.tune" in line or "rayspec.metrics" in line:
             continue
         if "runs/eagle3-twin" in line or line.startswith(".venv/bin/pip install -q pandas"):
@@ -41,7 +57,7 @@ def _reading_commands() -> list[str]:
     return keep
 
 
-def test_the_readme_shows_the_report_pandas_duckdb_and_optuna_commands() -> None:
+def test_the_docs_show_the_report_pandas_duckdb_and_optuna_commands() -> None:
     cmds = _reading_commands()
     for needle in ("-m rayspec.report", "import pandas", "import duckdb", "bin/optuna trials",
                    "bin/optuna studies", "pip install -q pandas duckdb"):  # fmt: skip
@@ -95,12 +111,12 @@ ray_rayspec_restarts{{SessionName="{_SESSION}",study="eagle3-twin"}} 4.0
 
 
 def test_the_metrics_command_prints_this_study_or_one_line(quickstart_folder: str) -> None:
-    """The README's live-metrics line, as printed: this study's samples of this session only;
+    """The docs' live-metrics line, as printed: this study's samples of this session only;
     once the study has stopped, one line and exit 1, no traceback."""
     from rayspec.metrics import write_exporter_file
     from tests.helpers import prometheus_exporter
 
-    (command,) = [line for line in _readme_lines() if "rayspec.metrics" in line]
+    (command,) = [line for line in _doc_lines() if "rayspec.metrics" in line]
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     out_dir = os.path.join(quickstart_folder, "runs", "eagle3-twin")
 
@@ -127,7 +143,7 @@ def test_the_metrics_command_prints_this_study_or_one_line(quickstart_folder: st
 def test_the_median_ttft_query_counts_measured_runs_only(
     quickstart_folder: str, study: Study
 ) -> None:
-    """The README's per-trial TTFT query, as printed, leaves the warm-up requests (run -1) out:
+    """The docs' per-trial TTFT query, as printed, leaves the warm-up requests (run -1) out:
     its counts and medians are those of the measured runs."""
     import pyarrow.dataset as pads
 
@@ -163,10 +179,17 @@ def test_the_median_ttft_query_counts_measured_runs_only(
 
 
 def test_the_column_list_names_every_column_the_commands_use() -> None:
-    """The README's table of trial columns names each column its reading commands select."""
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
-        text = fh.read()
-    row = next(line for line in text.splitlines() if line.startswith("| `trials/trial-"))
+    """The table of trial columns (docs/output.md, the study folder) names each column the
+    reading commands select."""
+    rows = [
+        line
+        for page in _pages()
+        for line in _text(page).splitlines()
+        if line.startswith("| `trials/trial-")
+    ]
+    assert len(rows) == 1, rows  # one table of the study folder
+    (row,) = rows
+    assert row in _text(os.path.join(REPO, "docs", "output.md"))
     listed = set(re.findall(r"`([a-z_0-9]+)`", row))
     used: set[str] = set()
     for command in _reading_commands():

@@ -117,16 +117,20 @@ def test_a_study_kept_without_a_fingerprint_adopts_the_experiments(tmp_path, mon
     assert "bench.max_tokens" in _refusal(path, "bench.max_tokens=60")
 
 
-def test_the_readme_says_what_a_resume_keeps_and_what_it_may_change() -> None:
+def test_the_docs_say_what_a_resume_keeps_and_what_it_may_change() -> None:
+    """docs/config.md, *Resuming a study*: its paragraph of what the study keeps
+    (``measured_with``) names every measured key and every key a resume may change."""
     from rayspec.search._resume import RESUME_MAY_CHANGE
     from rayspec.search._resume import measurement_fingerprint
     from tests.helpers import REPO
     from tests.helpers import TWIN_EXPERIMENT
 
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
-        readme = fh.read()
-    section = readme[readme.index("**Resuming a study**") :]
-    section = section[: section.index("\n\n")]
+    with open(os.path.join(REPO, "docs", "config.md"), encoding="utf-8") as fh:
+        doc = fh.read()
+    section = doc[doc.index("\n## Resuming a study\n") + 1 :]
+    end = section.find("\n## ")  # the next heading, if any
+    section = section if end < 0 else section[:end]
+    (section,) = [p for p in section.split("\n\n") if "`measured_with`" in p]
     assert [p for p in RESUME_MAY_CHANGE if f"`{p}`" not in section] == []
     keys = {k.split("#")[0] for k in measurement_fingerprint(load_config(TWIN_EXPERIMENT))}
     shown = {k for k in keys if f"`{k}`" in section or f"`{k.split('.')[-1]}`" in section}
