@@ -190,8 +190,14 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("study.n_startup_trials", "must be 0 or more")
     if not 1 <= srv.tp_size <= 64:
         raise _fail("server.tp_size", f"{srv.tp_size} must be between 1 and 64")
-    if not 1 <= srv.port <= 65535:
-        raise _fail("server.port", f"{srv.port} must be a TCP port (1-65535)")
+    if not 0 <= srv.port <= 65535:
+        raise _fail("server.port", f"{srv.port} must be a TCP port (1-65535, or 0: a free one)")
+    if srv.port == 0 and cfg.cluster.address:
+        raise _fail(
+            "server.port",
+            "0 (a free port, chosen on this machine) needs a local cluster; name the port the "
+            "nodes of cluster.address should use",
+        )
     slots = max(1, cfg.cluster.max_concurrent_trials)
     if srv.port + slots - 1 > 65535:
         raise _fail(
@@ -407,8 +413,11 @@ def _validate_cluster(cfg: ExperimentConfig) -> None:
     for count_key, count in (("cluster.num_gpus", cl.num_gpus), ("cluster.num_cpus", cl.num_cpus)):
         if count is not None and count < 0:
             raise _fail(count_key, f"{count} must be 0 or more (or empty: detected)")
-    if not 1 <= cl.dashboard_port <= 65535:
-        raise _fail("cluster.dashboard_port", f"{cl.dashboard_port} must be a TCP port (1-65535)")
+    if not 0 <= cl.dashboard_port <= 65535:
+        raise _fail(
+            "cluster.dashboard_port",
+            f"{cl.dashboard_port} must be a TCP port (1-65535, or 0: a free one)",
+        )
     cluster_endpoint(cl.address)
 
 

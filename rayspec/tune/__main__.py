@@ -128,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         space = SearchSpace.from_config(cfg.search)  # once: preflight, the dry run and the study
 
         launching = not (args.dry_run or args.print_config)
+        if not args.print_config:  # port 0: a free one, before preflight checks it
+            from rayspec.tune._ports import with_free_ports
+
+            cfg, notes = with_free_ports(cfg)
+            for note in notes:
+                _say(note)
         if launching:  # a second driver on this study: said before preflight's port checks
             from rayspec.tune._lock import check_unlocked
             from rayspec.tune._preflight import check_path_limits

@@ -183,6 +183,10 @@ def connect(cfg: ExperimentConfig) -> ClusterHandle:
 def _connected(cfg: ExperimentConfig, chose_no_auth: bool, on_loopback: bool) -> ClusterHandle:
     import ray
 
+    from rayspec.tune._ports import with_free_ports
+
+    cfg, _ = with_free_ports(cfg)  # dashboard port 0: a free one (the CLI has chosen it already)
+
     cl = cfg.cluster
     tp = cfg.server.tp_size
     if cl.address:

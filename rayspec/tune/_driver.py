@@ -170,6 +170,11 @@ def run_study(
         space: the experiment's search space when the caller has built it (else built here).
         strategy: chooses the configurations (default: the one ``study.sampler`` names).
     """
+    from rayspec.tune._ports import with_free_ports
+
+    cfg, notes = with_free_ports(cfg)  # port 0: a free one (the CLI has chosen it already)
+    for note in notes:
+        printer(note)
     with study_lock(cfg.out_dir, printer):
         return _run_study(
             cfg, space or SearchSpace.from_config(cfg.search), printer=printer, slots=slots,
