@@ -128,6 +128,7 @@ import itertools
 import math
 import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -1167,7 +1168,37 @@ def plan(
     return tasks, skipped
 
 
+def _quiet_worker() -> None:
+    """Ctrl-C reaches the whole process group: the parent stops the pool, the workers keep
+    quiet (no traceback from each of them)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_all(tasks: list[Any], jobs: int, t0: float) -> list[Any]:
+    """Every study, in order, with a progress line on stderr at each tenth of them."""
+    runs: list[Any] = []
+    step = max(1, len(tasks) // 10)
+    with multiprocessing.get_context("spawn").Pool(jobs, initializer=_quiet_worker) as pool:
+        for run in pool.imap(_task, tasks, chunksize=1):
+            runs.append(run)
+            if len(runs) % step == 0 and len(runs) < len(tasks):
+                print(f"  {len(runs)}/{len(tasks)} studies, {time.monotonic() - t0:.0f} s",
+                      file=sys.stderr, flush=True)  # fmt: skip
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted: no table (the studies run in memory; run it again)", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `| head`: the reader has gone; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor at exit
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     args = parser().parse_args(argv)
     if args.landscapes is not None:
         if not outside.landscape_files(args.landscapes):
@@ -1213,8 +1244,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f", {args.slots} slots" if args.slots > 1 else "") + scaled
           + f") on {args.jobs} processes ...",
           flush=True)  # fmt: skip
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        runs = pool.map(_task, tasks, chunksize=1)
+    runs = _run_all(tasks, args.jobs, t0)
     grouped: dict[tuple[str, str], list[StudyRun]] = {}
     errors = [r for r in runs if isinstance(r, str)]
     for r in runs:
