@@ -168,7 +168,8 @@ def test_a_hanging_set_is_killed_with_its_whole_process_group(tmp_path: Path) ->
     [r] = _gloo().measure([{_allreduce.HANG_VAR: str(pids)}], SIZES, timeout_s=3)
     took_s = time.monotonic() - t0
     assert r.status is ScreenStatus.HANG and "3 s" in r.detail
-    assert 3 <= r.elapsed_s <= took_s < 3 + 8
+    assert 3 <= r.elapsed_s <= took_s  # it returned: the timeout ended the hang (no bound on
+    # how long the kill took: a loaded machine may take longer, and nothing asserts wall time)
     ranks = [int(p.read_text()) for p in sorted(pids.iterdir())]
     assert len(ranks) == 2  # both ranks were up (and sleeping) when the timeout struck
     assert not [pid for pid in ranks if _alive(pid)]

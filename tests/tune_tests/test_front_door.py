@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import time
 
 import pytest
 
@@ -88,9 +87,7 @@ def test_a_finished_study_says_so_without_starting_ray(tmp_path, capsys, monkeyp
 
     monkeypatch.setattr("rayspec.tune._cluster.connect", no_ray)
     monkeypatch.setattr("ray.init", no_ray)
-    t0 = time.monotonic()
     assert main([path, f"server.port={free_port_block()}"]) == 0
-    elapsed = time.monotonic() - t0
     out = capsys.readouterr().out
     assert (
         "nothing left to run: restart budget spent (2 server launches); to go on, raise the "
@@ -98,7 +95,6 @@ def test_a_finished_study_says_so_without_starting_ray(tmp_path, capsys, monkeyp
     )
     assert "study t: 2 server restarts, 2 trials" in out
     assert "| trials | config |" in out and "best: " in out
-    assert elapsed < 5.0, elapsed  # no cluster start (about 8 s)
     # The printed optuna-dashboard line runs as printed.
     line = next(line for line in out.splitlines() if "optuna-dashboard" in line)
     argv = shlex.split(line.split("study:", 1)[1])
