@@ -22,6 +22,7 @@ LAYERS = (
     "_text",
     "_yaml",  # YAML documents bounded before they are built: imports yaml only
     "_secrets",  # which variables are secrets, and how a script reads them: stdlib only
+    "_tls",  # one TLS context per process for the HTTP clients: stdlib only
     "_atomic",  # a study's files written atomically, never through a link: stdlib only
     "_exceptions",
     "_types",

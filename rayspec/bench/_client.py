@@ -61,7 +61,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import ssl
 import time
 from typing import Any
 
@@ -71,6 +70,7 @@ from rayspec._exceptions import BenchError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StreamStalled
 from rayspec._plural import plural
+from rayspec._tls import shared_ssl_context
 from rayspec._types import DEFAULT_CATEGORY
 from rayspec._types import RequestRecord
 
@@ -295,7 +295,7 @@ class StreamClient:
         self.temperature = float(temperature)
         self.ignore_eos = ignore_eos
         self.model = model
-        ssl_context = ssl.create_default_context()  # built once: httpx builds one per client
+        ssl_context = shared_ssl_context()  # httpx would build one per client
         timeout = httpx.Timeout(connect=5.0, read=self.read_timeout_s, write=10.0, pool=None)
         self._lanes_all = [
             httpx.AsyncClient(

@@ -18,6 +18,7 @@ import httpx
 from rayspec._exceptions import BenchError
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import StreamStalled
+from rayspec._tls import shared_ssl_context
 from rayspec._types import RequestRecord
 from rayspec.bench._client import StreamClient
 from rayspec.bench._plan import BenchPlan
@@ -507,7 +508,9 @@ async def afetch_server_view(base_url: str, *, timeout_s: float = 10.0) -> dict[
         "server_info": None,
         "metrics": {},
     }
-    async with httpx.AsyncClient(base_url=base_url, trust_env=False, timeout=timeout_s) as http:
+    async with httpx.AsyncClient(
+        base_url=base_url, trust_env=False, timeout=timeout_s, verify=shared_ssl_context()
+    ) as http:
         try:
             for path in SERVER_INFO_PATHS:
                 resp = await http.get(path)

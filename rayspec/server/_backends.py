@@ -31,6 +31,7 @@ from rayspec._exceptions import FailureReason
 from rayspec._exceptions import LaunchError
 from rayspec._exceptions import ServerExited
 from rayspec._exceptions import ServerStartTimeout
+from rayspec._tls import shared_ssl_context
 from rayspec.engines import SGLANG
 from rayspec.engines import TWIN
 from rayspec.engines import Engine
@@ -198,7 +199,9 @@ class _ProcessBackend(BaseServerBackend):
         timeout = launch.startup_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         next_scan = time.monotonic() + _BIND_SCAN_S
-        with httpx.Client(base_url=launch.base_url, trust_env=False) as client:
+        with httpx.Client(
+            base_url=launch.base_url, trust_env=False, verify=shared_ssl_context()
+        ) as client:
             while True:
                 if self._stopping.is_set():
                     raise LaunchError(
@@ -235,7 +238,9 @@ class _ProcessBackend(BaseServerBackend):
         deadline = time.monotonic() + timeout_s
         last = "no answer"
         flush = self.engine_object.endpoints.flush
-        with httpx.Client(base_url=launch.base_url, trust_env=False) as client:
+        with httpx.Client(
+            base_url=launch.base_url, trust_env=False, verify=shared_ssl_context()
+        ) as client:
             while True:
                 self.raise_if_dead()
                 try:

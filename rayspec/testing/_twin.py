@@ -33,6 +33,7 @@ import httpx
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import ServerExited
 from rayspec._popen import spawn
+from rayspec._tls import shared_ssl_context
 
 
 class TwinExitedError(ServerExited):
@@ -150,7 +151,7 @@ class TwinProcess:
             TimeoutError: not ready within ``timeout_s``.
         """
         deadline = time.monotonic() + timeout_s
-        with httpx.Client(trust_env=False, timeout=2.0) as client:
+        with httpx.Client(trust_env=False, timeout=2.0, verify=shared_ssl_context()) as client:
             while time.monotonic() < deadline:
                 code = self.poll()
                 if code is not None:
