@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from tests.helpers import README_HOMES
 from tests.helpers import REPO
 
 QUICKSTART = (
@@ -23,21 +24,7 @@ TESTS = (
 SCREEN = 40  # lines before the first list of links
 MORE = 150  # lines after it, about
 
-# Where the README's sections went (issue 34): the front door links every one of them.
-HOMES = [
-    "docs/output.md",
-    "docs/search.md",
-    "docs/config.md",
-    "docs/measurement.md",
-    "docs/real-node.md",
-    "docs/cluster.md",
-    "docs/failures.md",
-    "docs/twin.md",
-    "docs/twin-model.md",
-    "CONTRIBUTING.md",
-    "CHANGELOG.md",
-    "benchmarks/results/README.md",
-]
+HOMES = README_HOMES
 # The pages the README's text moved to, and the README: their links must hold too.
 PAGES = ["README.md", *(h for h in HOMES if h != "docs/twin-model.md")]
 
