@@ -523,6 +523,15 @@ def _validate_flags(cfg: ExperimentConfig) -> None:
                     "file, "
                     "past rayspec's checks; give the flags themselves in server.extra_flags",
                 )
+            secret = engine.reads_as(flag, tables.secret)
+            if secret:
+                raise _fail(
+                    where,
+                    f"{_spelled(flag, secret, label)} takes a key rayspec's benchmark client "
+                    "does not send (every request would be refused), and its value would be "
+                    "written in best.sh, the trial rows and the logs; tune without it and add "
+                    "it to the launch line when you deploy",
+                )
             dead = engine.reads_as(flag, tables.dead)
             if dead:
                 raise _fail(

@@ -230,6 +230,13 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
         "as --enable-symm-mem",
     ),
     (
+        "api-key-flag",
+        {"server": {"extra_flags": ["--api-key", "sk-live-123"]}},
+        [],
+        "server.extra_flags: --api-key takes a key rayspec's benchmark client does not send",
+    ),
+    ("api-key-abbrev", {}, ["server.extra_flags=[--admin-api,x]"], "as --admin-api-key"),
+    (
         "abbrev-dead",
         {"search": {"flags": {"--num-continuous-d": ["1", "4"]}}},
         [],

@@ -88,12 +88,15 @@ class FlagTable:
         multicast: turn NVLink multicast on (refused unless the experiment allows it).
         from_file: make the engine read more flags from a file, past every check.
         dead: parsed by the engine and never read: searching one measures noise.
+        secret: take a secret (an API key): the benchmark client does not send it, and a flag's
+            value is written wherever the launch is (best.sh, the trial rows, the logs).
     """
 
     managed: tuple[str, ...]
     multicast: tuple[str, ...]
     from_file: tuple[str, ...]
     dead: tuple[str, ...]
+    secret: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,7 @@ from rayspec.engines.sglang import DEAD_FLAGS
 from rayspec.engines.sglang import FILE_FLAGS
 from rayspec.engines.sglang import MANAGED_FLAGS
 from rayspec.engines.sglang import MULTICAST_FLAGS
+from rayspec.engines.sglang import SECRET_FLAGS
 from rayspec.engines.sglang import sglang_reads_as
 from rayspec.server import build_launch
 from tests.contract_tests._sglang import FakeModels
@@ -27,7 +28,7 @@ from tests.contract_tests._sglang import ProbeCase
 from tests.contract_tests._sglang import ProbeRunner
 from tests.helpers import FIELD_EXPERIMENT
 
-PROTECTED = (*MANAGED_FLAGS, *MULTICAST_FLAGS, *DEAD_FLAGS, *FILE_FLAGS)
+PROTECTED = (*MANAGED_FLAGS, *MULTICAST_FLAGS, *DEAD_FLAGS, *FILE_FLAGS, *SECRET_FLAGS)
 # (the flag as a user might write it, its value or None, the field SGLang sets, the value)
 ABBREVIATIONS = [
     (["--hos", "0.0.0.0"], "host", "0.0.0.0"),

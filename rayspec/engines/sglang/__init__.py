@@ -6,7 +6,8 @@ Public names:
 - The version table: :data:`SGLANG_VERSIONS`, :class:`SGLangFeatures`, :func:`sglang_features`,
   :func:`parse_sglang_version`, :data:`CONTRACT_PINNED_VERSIONS`, :data:`SERVER_INFO_PATHS`.
 - The flag tables of the config checks: :data:`MANAGED_FLAGS`, :data:`MULTICAST_FLAGS`,
-  :data:`FILE_FLAGS`, :data:`DEAD_FLAGS`, and :func:`sglang_reads_as` (argparse's prefixes).
+  :data:`FILE_FLAGS`, :data:`DEAD_FLAGS`, :data:`SECRET_FLAGS`, and :func:`sglang_reads_as`
+  (argparse's prefixes).
 - The launch: :func:`cuda_graph_flag`, :data:`SPEC_V2_ENV`.
 - The log: :func:`classify_failure`, :func:`parse_decode_line`, :func:`parse_decode_lines`,
   :func:`parse_startup_summary`, :class:`StartupSummary`.
@@ -36,6 +37,7 @@ from rayspec.engines.sglang._flags import DEAD_FLAGS
 from rayspec.engines.sglang._flags import FILE_FLAGS
 from rayspec.engines.sglang._flags import MANAGED_FLAGS
 from rayspec.engines.sglang._flags import MULTICAST_FLAGS
+from rayspec.engines.sglang._flags import SECRET_FLAGS
 from rayspec.engines.sglang._flags import sglang_reads_as
 from rayspec.engines.sglang._logparse import StartupSummary
 from rayspec.engines.sglang._logparse import parse_decode_line
@@ -59,6 +61,7 @@ __all__ = [
     "LONGER_CONTEXT_ENV",
     "MANAGED_FLAGS",
     "MULTICAST_FLAGS",
+    "SECRET_FLAGS",
     "SERVER_INFO_PATHS",
     "SGLANG",
     "SGLANG_IMPORT_TIMEOUT_S",

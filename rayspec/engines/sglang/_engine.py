@@ -27,6 +27,7 @@ from rayspec.engines.sglang._flags import DEAD_FLAGS
 from rayspec.engines.sglang._flags import FILE_FLAGS
 from rayspec.engines.sglang._flags import MANAGED_FLAGS
 from rayspec.engines.sglang._flags import MULTICAST_FLAGS
+from rayspec.engines.sglang._flags import SECRET_FLAGS
 from rayspec.engines.sglang._flags import sglang_reads_as
 from rayspec.engines.sglang._logparse import parse_decode_lines
 from rayspec.engines.sglang._probe import probe_sglang
@@ -116,6 +117,7 @@ SGLANG = SGLangEngine(
         multicast=MULTICAST_FLAGS,
         from_file=FILE_FLAGS,
         dead=DEAD_FLAGS,
+        secret=SECRET_FLAGS,
     ),
     endpoints=Endpoints(
         ready="/health_generate",

@@ -13,6 +13,7 @@ __all__ = [
     "FILE_FLAGS",
     "MANAGED_FLAGS",
     "MULTICAST_FLAGS",
+    "SECRET_FLAGS",
     "sglang_reads_as",
 ]
 
@@ -45,6 +46,9 @@ FILE_FLAGS = ("--config",)
 # Parsed by SGLang and never read (docs/sglang.md, *Flags rayspec keeps out*): searching it
 # measures noise.
 DEAD_FLAGS = ("--num-continuous-decode-steps",)
+# Keys that make SGLang refuse requests without them: rayspec's client sends none, and the value
+# would be written in every record of the launch.
+SECRET_FLAGS = ("--api-key", "--admin-api-key")
 
 # SGLang options that are a prefix of a protected flag yet are options of their own: argparse
 # takes an exact match before any abbreviation (checked against SGLang's own parser by
