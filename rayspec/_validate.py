@@ -192,12 +192,6 @@ def validate(cfg: ExperimentConfig) -> None:
         raise _fail("server.tp_size", f"{srv.tp_size} must be between 1 and 64")
     if not 0 <= srv.port <= 65535:
         raise _fail("server.port", f"{srv.port} must be a TCP port (1-65535, or 0: a free one)")
-    if srv.port == 0 and cfg.cluster.address:
-        raise _fail(
-            "server.port",
-            "0 (a free port, chosen on this machine) needs a local cluster; name the port the "
-            "nodes of cluster.address should use",
-        )
     slots = max(1, cfg.cluster.max_concurrent_trials)
     if srv.port + slots - 1 > 65535:
         raise _fail(

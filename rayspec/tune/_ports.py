@@ -53,12 +53,17 @@ def free_block(host: str, first: int, size: int, *, key: str) -> int:
 
 def with_free_ports(cfg: ExperimentConfig) -> tuple[ExperimentConfig, list[str]]:
     """``cfg`` with each port that is 0 replaced by a free one (consecutive ports for the
-    servers, one per concurrent trial), and a line for each that is not the default."""
+    servers, one per concurrent trial; 30000 on a joined cluster, whose nodes this machine
+    cannot probe), and a line for each free one that is not the default."""
     from rayspec.tune._preflight import planned_local_slots
 
     server, cluster = cfg.server, cfg.cluster
     notes: list[str] = []
-    if server.port == AUTO:
+    if server.port == AUTO and cfg.cluster.address:
+        # The servers run on the cluster's nodes, whose ports this machine cannot probe: the
+        # engine's default, as a real node's experiment names it.
+        server = dataclasses.replace(server, port=FIRST_SERVER_PORT)
+    elif server.port == AUTO:
         slots = planned_local_slots(cfg)
         port = free_block(server.host, FIRST_SERVER_PORT, slots, key="server.port")
         server = dataclasses.replace(server, port=port)
