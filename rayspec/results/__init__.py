@@ -43,6 +43,7 @@ from rayspec.results._sure import above_peak
 from rayspec.results._sure import gains
 from rayspec.results._sure import interval
 from rayspec.results._sure import prob_faster
+from rayspec.results._sure import speculation_gain
 from rayspec.results._sure import tie_note
 from rayspec.results._sure import tied_with_pick
 from rayspec.results._table import WITHIN_NOISE
@@ -87,6 +88,7 @@ __all__ = [
     "prob_faster",
     "recommend",
     "save_space",
+    "speculation_gain",
     "tie_note",
     "tied_with_pick",
     "twin_script",

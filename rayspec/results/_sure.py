@@ -1,6 +1,7 @@
 """How sure the report is: the pick's interval, the configurations tied with it within the
-noise and the rule that chose among them, estimates above their own peak, and what each change
-bought against the baseline (NCCL alone, speculation on top, the joint pick).
+noise and the rule that chose among them, estimates above their own peak, what each change
+bought against the baseline (NCCL alone, speculation on top, the joint pick) and what
+speculation bought on the pick's own NCCL set.
 
 Presentation only: every function reads a :class:`~rayspec.results.StudyReport` as
 :func:`~rayspec.results.build_report` returned it and never chooses anything itself; the terminal,
@@ -26,6 +27,7 @@ __all__ = [
     "gains",
     "interval",
     "prob_faster",
+    "speculation_gain",
     "tie_note",
     "tied_with_pick",
 ]
@@ -140,13 +142,15 @@ def tie_note(report: StudyReport, margin: float = 0.0, *, shown: int = 3) -> str
 
 @dataclass(frozen=True)
 class Gain:
-    """What one change bought against the baseline.
+    """What one change bought against a reference configuration (the baseline by default).
 
     Attributes:
         what: the change, e.g. ``NCCL alone (speculation off)``.
         row: the configuration that measured it (None: the study has no such trial).
-        ratio: the row's estimate over the baseline's (nan without a row or a baseline).
+        ratio: the row's estimate over the reference's (nan without a row or a reference).
         low, high: the ratio's 95 % interval (both estimates' uncertainty, log scale).
+        against: the reference when it is not the baseline.
+        missing: why ``row`` is None, and what would measure it.
     """
 
     what: str
@@ -154,27 +158,41 @@ class Gain:
     ratio: float = math.nan
     low: float = math.nan
     high: float = math.nan
+    against: Row | None = None
+    missing: str = "the study has no such trial"
+
+    @property
+    def reference(self) -> str:
+        """What the ratio is against: ``the baseline`` or ``trial 11 (no speculation; ...)``."""
+        if self.against is None:
+            return "the baseline"
+        return f"{_trials(self.against)} ({self.against.label})"
 
     def describe(self) -> str:
         """``NCCL alone (...): 1.44x the baseline (95 %: 1.41-1.47), trial 10: <config>``."""
         if self.row is None:
-            return f"{self.what}: not measured (the study has no such trial)"
+            return f"{self.what}: not measured ({self.missing})"
         if not math.isfinite(self.ratio):
             return f"{self.what}: {_trials(self.row)}: {self.row.label} (no baseline to compare)"
-        return (
-            f"{self.what}: {self.ratio:.2f}x the baseline (95 %: {self.low:.2f}-{self.high:.2f}), "
-            f"{_trials(self.row)}: {self.row.label}"
-        )
+        text = f"{self.what}: {self.ratio:.2f}x "
+        text += "the baseline" if self.against is None else _trials(self.against)
+        if math.isfinite(self.low):
+            text += f" (95 %: {self.low:.2f}-{self.high:.2f})"
+        text += f", {_trials(self.row)}: {self.row.label}"
+        if self.against is not None:
+            text += f" against {self.against.label}"
+        return text
 
 
-def _gain(what: str, row: Row | None, base: Row | None) -> Gain:
+def _gain(what: str, row: Row | None, base: Row | None, against: Row | None = None) -> Gain:
     if row is None or base is None or not (row.ok and base.ok and base.tok_s_mean > 0):
-        return Gain(what, row)
+        return Gain(what, row, against=against)
     ratio = row.tok_s_mean / base.tok_s_mean
     sd = math.hypot(row.sd, base.sd)
     if not math.isfinite(sd):
-        return Gain(what, row, ratio)
-    return Gain(what, row, ratio, ratio * math.exp(-Z95 * sd), ratio * math.exp(Z95 * sd))
+        return Gain(what, row, ratio, against=against)
+    low, high = ratio * math.exp(-Z95 * sd), ratio * math.exp(Z95 * sd)
+    return Gain(what, row, ratio, low, high, against=against)
 
 
 def _best(rows: list[Row]) -> Row | None:
@@ -203,3 +221,36 @@ def gains(report: StudyReport) -> list[Gain]:
         _gain("speculation on top (the baseline's NCCL)", spec_alone, base),
         _gain("the joint pick", report.best, base),
     ]
+
+
+SPECULATION_GAIN = "speculation on the pick's NCCL"
+
+
+def speculation_gain(report: StudyReport) -> Gain:
+    """What speculation bought the pick: its estimate over the best measured configuration
+    without speculation on the same NCCL set and server settings (the structured search
+    measures that one; the baseline when the pick keeps NCCL's defaults).
+
+    A default study screens NCCL first and searches speculation on the screened set, so it has
+    no speculative trial on the baseline's NCCL: this is the ratio it can state, with the same
+    interval as :func:`gains`. Not measured: the pick runs no speculation, or no trial ran
+    without it on the pick's set (then ``missing`` names the enqueue entry that measures it).
+    """
+    best = report.best
+    if best is None:
+        return Gain(SPECULATION_GAIN, None, missing="no pick")
+    if best.candidate.spec is None:
+        return Gain(SPECULATION_GAIN, None, missing="the pick runs no speculation")
+    cand = best.candidate
+    off = _best([
+        r for r in report.rows if r.candidate.spec is None and r.candidate.nccl_env == cand.nccl_env
+        and r.candidate.server_settings == cand.server_settings
+    ])  # fmt: skip
+    if off is None:
+        entry = ", ".join(["spec.mode: off", *(f"nccl.{k}: {v}" for k, v in cand.nccl_env)])
+        more = " (with the pick's server settings)" if cand.server_settings else ""
+        return Gain(SPECULATION_GAIN, None, missing=(
+            "no trial ran without speculation on the pick's NCCL set; study.enqueue "
+            f"{{{entry}}}{more} measures it"
+        ))  # fmt: skip
+    return _gain(SPECULATION_GAIN, best, off, against=off)

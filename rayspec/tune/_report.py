@@ -14,6 +14,7 @@ from rayspec.results import Row
 from rayspec.results import StudyReport
 from rayspec.results import above_peak
 from rayspec.results import gains
+from rayspec.results import speculation_gain
 from rayspec.results import vs_baseline
 
 __all__ = ["ABOVE_PEAK_MARK", "deploy_warnings", "format_gains", "format_table", "no_pick_line"]
@@ -84,8 +85,9 @@ def format_table(report: StudyReport, limit: int = 10) -> str:
 
 def format_gains(report: StudyReport) -> list[str]:
     """What each change bought against the baseline, one line each (the field table's
-    decomposition: NCCL alone, speculation on top, the joint pick)."""
-    return [g.describe() for g in gains(report)]
+    decomposition: NCCL alone, speculation on top, the joint pick), then what speculation
+    bought on the pick's own NCCL set."""
+    return [g.describe() for g in (*gains(report), speculation_gain(report))]
 
 
 def no_pick_line(cfg: ExperimentConfig, report: StudyReport, measured: int, logs: str) -> str:
