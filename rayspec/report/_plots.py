@@ -27,7 +27,15 @@ if TYPE_CHECKING:
     from rayspec.report._load import StudyData
     from rayspec.results import Row
 
-__all__ = ["PLOTS", "Plot", "draw_plots", "grouped_importances", "moved_together", "short_label"]
+__all__ = [
+    "PLOTS",
+    "Plot",
+    "draw_plots",
+    "grouped_importances",
+    "moved_together",
+    "one_trial_only",
+    "short_label",
+]
 
 PICK_COLOR = "#d62728"
 BASELINE_COLOR = "#555555"
@@ -413,12 +421,33 @@ def grouped_importances(
     return dict(sorted(merged.items(), key=lambda kv: -kv[1]))
 
 
+def one_trial_only(name: str, trials: dict[int, dict[str, Any]]) -> tuple[int, ...]:
+    """The trials whose value of ``name`` (a :func:`grouped_importances` name: its first
+    member) no other trial shares, when no two values were each measured twice: the
+    parameter's share is then those trials' differences, everything else they set included
+    (trial 1's four NCCL variables, the baseline's NCCL defaults), nothing to act on. Empty
+    when two of its values were each measured in two trials or more.
+
+    Args:
+        trials: each completed trial's number -> its parameters (an absent one is None).
+    """
+    head = name.split(" + ")[0]
+    by_value: dict[str, list[int]] = {}
+    for number, params in sorted(trials.items()):
+        by_value.setdefault(repr(params.get(head)), []).append(number)
+    if sum(1 for numbers in by_value.values() if len(numbers) > 1) >= 2:
+        return ()
+    return tuple(sorted(n for numbers in by_value.values() if len(numbers) == 1 for n in numbers))
+
+
 def plot_importances(data: StudyData, path: str) -> Plot:
     title = "Parameter importances"
     caption = (
         "Optuna's own evaluator (optuna.importance.get_param_importances) over the study's "
         "completed trials: the share of tok/s variation each parameter explains. A failed "
-        "configuration is a completed trial at 0 tok/s in the study, so it counts too."
+        "configuration is a completed trial at 0 tok/s in the study, so it counts too. Only "
+        "parameters with two values each measured in two trials or more have a bar: what to "
+        "tune next."
     )
     study = data.study
     if study is None:
@@ -428,8 +457,8 @@ def plot_importances(data: StudyData, path: str) -> Plot:
         return Plot(_name(path), title, caption, skipped=study.importance_note)
     if not importances:
         return Plot(_name(path), title, caption, skipped="no parameter varied")
-    complete = [t.params for t in study.trials if t.optuna_state == "COMPLETE"]
-    grouped = grouped_importances(importances, complete)
+    completed = {t.number: t.params for t in study.trials if t.optuna_state == "COMPLETE"}
+    grouped = grouped_importances(importances, list(completed.values()))
     together = [n for n in grouped if " + " in n]
     if together:
         caption += (
@@ -437,8 +466,21 @@ def plot_importances(data: StudyData, path: str) -> Plot:
             "completed trial one's value fixed the other's), so their importances cannot be told "
             "apart; one bar carries their sum."
         )
-    names = list(grouped)[::-1]
-    values = [grouped[n] for n in names]
+    lone = {n: one_trial_only(n, completed) for n in grouped}
+    left = {n: ts for n, ts in lone.items() if ts}
+    if left:
+        parts = [f"{n} ({grouped[n]:.2f}, {_trials_text(ts)})" for n, ts in left.items()]
+        caption += (
+            f" Left out, each changed by single trials only: {'; '.join(parts)}: their share "
+            "is what those trials changed together, not the parameter's (what speculation "
+            "bought: report.md's *What each change bought*)."
+        )
+    shown = {n: v for n, v in grouped.items() if n not in left}
+    if not shown:
+        return Plot(_name(path), title, caption,
+                    skipped="no parameter had two values each measured twice")  # fmt: skip
+    names = list(shown)[::-1]
+    values = [shown[n] for n in names]
     ticks = [n.replace(" + ", " +\n") for n in names]  # a group: one member a line
     fig = _figure(7.0, 1.2 + 0.32 * sum(t.count("\n") + 1 for t in ticks))
     ax = fig.add_subplot()
@@ -446,11 +488,15 @@ def plot_importances(data: StudyData, path: str) -> Plot:
     ax.set_yticks(range(len(names)), ticks, fontsize=8)
     for y, v in enumerate(values):
         ax.text(v, y, f" {v:.2f}", va="center", fontsize=7)
-    ax.set_xlabel("importance for tok/s (share of 1)")
+    ax.set_xlabel("importance for tok/s (share of all parameters' variation)")
     ax.set_title(f"parameter importances ({study.complete} completed trials)")
     ax.set_xlim(0, max(values) * 1.2 if max(values) > 0 else 1)
     ax.grid(axis="x", alpha=0.3)
     return Plot(_name(path), title, caption, path=_save(fig, path))
+
+
+def _trials_text(trials: tuple[int, ...]) -> str:
+    return ("trial " if len(trials) == 1 else "trials ") + ", ".join(map(str, trials))
 
 
 # -- best configuration per concurrency -----------------------------------------------------------

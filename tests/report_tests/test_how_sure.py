@@ -18,10 +18,12 @@ from rayspec.report._load import load_study_folder
 from rayspec.report._markdown import render
 from rayspec.report._plots import grouped_importances
 from rayspec.report._plots import moved_together
+from rayspec.report._plots import one_trial_only
 from rayspec.report._plots import plot_importances
 from rayspec.results import Row
 from rayspec.results import StudyReport
 from rayspec.results import gains
+from rayspec.results import speculation_gain
 from rayspec.results import tie_note
 from rayspec.results import write_best
 from rayspec.tune._report import format_gains
@@ -184,6 +186,38 @@ def test_a_change_the_study_never_measured_says_not_measured() -> None:
     assert lines[2].startswith("the joint pick: 1.60x the baseline")
 
 
+def test_speculation_is_put_against_no_speculation_on_the_picks_nccl() -> None:
+    # A screened study: no speculative trial on the baseline's NCCL, but one without
+    # speculation on the pick's set (the structured search's last restart).
+    off = _row(11, 85.0, nccl=LL)
+    other = _row(12, 90.0, nccl=(("NCCL_PROTO", "Simple"),))  # another set: not the reference
+    joint = _row(7, 97.0, steps=2, tokens=4, nccl=LL)
+    report = _report(joint, off, other)
+    found = speculation_gain(report)
+    assert found.row is joint and found.against is off
+    assert math.isclose(found.ratio, 97.0 / 85.0)
+    assert found.low < found.ratio < found.high
+    assert gains(report)[1].row is None  # the field's own decomposition cannot say it
+    line = format_gains(report)[-1]
+    assert line.startswith("speculation on the pick's NCCL: 1.14x trial 11 (95 %: 1.")
+    assert line.endswith("against no speculation; P2P_LEVEL=SYS PROTO=LL")
+
+
+def test_without_a_no_speculation_trial_on_the_picks_nccl_it_says_what_would_measure_it() -> None:
+    joint = _row(7, 96.0, steps=2, tokens=4, nccl=LL)
+    line = format_gains(_report(joint))[-1]
+    assert line == (
+        "speculation on the pick's NCCL: not measured (no trial ran without speculation on the "
+        "pick's NCCL set; study.enqueue {spec.mode: off, nccl.NCCL_P2P_LEVEL: SYS, "
+        "nccl.NCCL_PROTO: LL} measures it)"
+    )
+    plain = _row(7, 96.0, nccl=LL)
+    assert speculation_gain(_report(plain)).missing == "the pick runs no speculation"
+    # On NCCL's defaults the baseline itself is the configuration without speculation.
+    default = _row(7, 72.0, steps=2, tokens=4)
+    assert speculation_gain(_report(default)).against is BASE
+
+
 def test_report_md_shows_what_each_change_bought(study: Study) -> None:
     with open(os.path.join(study.out_dir, "report.md"), encoding="utf-8") as fh:
         text = fh.read()
@@ -191,8 +225,12 @@ def test_report_md_shows_what_each_change_bought(study: Study) -> None:
     rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
     assert [r.split(" | ", 1)[0] for r in rows] == [
         "| NCCL alone (speculation off)", "| speculation on top (the baseline's NCCL)",
-        "| the joint pick",
+        "| the joint pick", "| speculation on the pick's NCCL",
     ]  # fmt: skip
+    spec = speculation_gain(load_study_folder(study.out_dir).report)
+    assert spec.against is not None and spec.against.candidate.spec is None  # measured
+    assert f"{spec.ratio:.2f}x ({spec.low:.2f}-{spec.high:.2f})" in rows[3]
+    assert rows[3].endswith(f"| {spec.reference} |")
     data = load_study_folder(study.out_dir)
     best = data.report.best
     assert best is not None
@@ -249,3 +287,35 @@ def test_the_importances_plot_has_no_two_bars_for_parameters_moved_together(
     assert math.isclose(sum(bars.values()), sum(data.study.importances.values()))
     for name in (n for n in bars if " + " in n):
         assert name in plot.caption and "cannot be told apart" in plot.caption
+
+
+# -- importances a user can act on -------------------------------------------------------------
+def test_a_parameter_changed_by_single_trials_only_has_no_bar() -> None:
+    trials = {
+        0: {"spec.mode": "off", "nccl.NCCL_ALGO": "unset"},  # the baseline
+        1: {"spec.mode": "EAGLE3", "nccl.NCCL_ALGO": "Ring", "spec.num_steps": 2},
+        2: {"spec.mode": "EAGLE3", "nccl.NCCL_ALGO": "unset", "spec.num_steps": 3},
+        3: {"spec.mode": "EAGLE3", "nccl.NCCL_ALGO": "unset", "spec.num_steps": 3},
+        4: {"spec.mode": "EAGLE3", "nccl.NCCL_ALGO": "unset", "spec.num_steps": 2},
+    }
+    assert one_trial_only("nccl.NCCL_ALGO", trials) == (1,)
+    assert one_trial_only("spec.mode + nccl.NCCL_P2P_LEVEL", trials) == (0,)
+    assert one_trial_only("spec.num_steps", trials) == ()  # 2 and 3, twice each
+    assert one_trial_only("spec.eagle_topk", trials) == ()  # never set: not varied either
+
+
+def test_the_importances_plot_bars_only_what_several_trials_varied(study: Study, tmp_path) -> None:
+    # The quickstart's study: trial 1 (enqueued) alone sets NCCL_ALGO, BUFFSIZE, MAX_NCHANNELS
+    # and NTHREADS, the baseline alone runs without speculation; fANOVA gave them a third of
+    # the importance before, their bar the longest.
+    data = load_study_folder(study.out_dir)
+    assert data.study is not None and data.study.importances
+    plot = plot_importances(data, str(tmp_path / "importances.png"))
+    assert plot.path, plot.skipped
+    left = plot.caption.split("Left out, each changed by single trials only: ", 1)[1]
+    assert "nccl.NCCL_ALGO" in left and "trial 1)" in left
+    assert "spec.mode" in left and "trial 0)" in left
+    completed = {t.number: t.params for t in data.study.trials if t.optuna_state == "COMPLETE"}
+    bars = [n for n in grouped_importances(data.study.importances, list(completed.values()))
+            if not one_trial_only(n, completed)]  # fmt: skip
+    assert bars and all(n.startswith("spec.") for n in bars)
