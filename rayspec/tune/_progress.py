@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import math
+import re
 import sys
 import threading
 import time
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
     from rayspec.search import TrialHandle
 
-__all__ = ["LiveProgress", "PickView", "PlainProgress", "TrialLines", "make_progress"]
+__all__ = ["LiveProgress", "PickView", "PlainProgress", "TrialLines", "fit_label", "make_progress"]
 
 Printer = Callable[[str], None]
 
@@ -124,6 +125,48 @@ class _Running:
     done: int = 0
     planned: int = 0
     measuring: bool = False
+
+
+_SHORTER = ((" draft tokens", " tok"), ("no speculation", "no spec"))
+_BIG = re.compile(r"=(\d{5,})\b")
+
+
+def _bytes(match: re.Match[str]) -> str:
+    value = int(match.group(1))
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if value % size == 0:
+            return f"={value // size}{unit}"
+    return match.group(0)
+
+
+def fit_label(label: str, width: int) -> str:
+    """A configuration's label (:meth:`rayspec.Candidate.label`) in ``width`` characters,
+    keeping what tells trials apart: the speculative settings whole, then as many NCCL
+    variables as fit and how many more there are (``+3 more``), never a cut mid-word.
+
+    Example:
+        >>> fit_label("EAGLE3 2 steps, topk 4, 6 draft tokens; BUFFSIZE=16777216 PROTO=LL", 52)
+        'EAGLE3 2 steps, topk 4, 6 tok; BUFFSIZE=16M PROTO=LL'
+        >>> fit_label("EAGLE3 2 steps, topk 4, 6 draft tokens; BUFFSIZE=16777216 PROTO=LL", 44)
+        'EAGLE3 2 steps, topk 4, 6 tok; +2 more'
+    """
+    if len(label) <= width:
+        return label
+    for long, short in _SHORTER:
+        label = label.replace(long, short)
+    label = _BIG.sub(_bytes, label)
+    if len(label) <= width:
+        return label
+    head, _, rest = label.partition("; ")
+    if len(head) + 2 > width:
+        return head[: max(0, width - 1)] + "…"
+    words = rest.split()
+    for keep in range(len(words) - 1, -1, -1):
+        more = f" +{len(words) - keep} more" if keep else f"+{len(words)} more"
+        text = f"{head}; {' '.join(words[:keep])}{more}"
+        if len(text) <= width:
+            return text
+    return head[: max(0, width - 1)] + "…"
 
 
 def _duration(seconds: float) -> str:
@@ -234,32 +277,43 @@ class LiveProgress(PlainProgress):
         # An upper bound: the search stops early once nothing left could beat the pick.
         return f"at most ~{_duration(estimate)} left"
 
+    def rows(self, width: int = 80) -> list[tuple[str, str]]:
+        """The live panel's rows, (name, text), each fitted to ``width`` columns with its name
+        and the gap between them: a configuration's label loses NCCL variables before its
+        speculative settings, never its phase (rich would cut the end of the line)."""
+        with self._lock:
+            elapsed = self._clock() - self._t0
+            trials = [(f"trial {n}", run) for n, run in sorted(self._running.items())]
+            pick = self._pick.describe() if self._pick is not None else "no pick yet"
+            names = ["restarts", "best so far", *(name for name, _ in trials)]
+            room = width - max(len(n) for n in names) - 1  # the grid's one-column gap
+            restarts = "starting"
+            if self._budget:
+                times = f"{_duration(elapsed)} elapsed, {self._time_left(elapsed)}"
+                head = f"{self._used}/{self._budget}"
+                cells = max(4, min(16, room - len(head) - len(times) - 2))  # the bar gives way
+                filled = int(round(cells * min(self._used, self._budget) / self._budget))
+                restarts = f"{head} {'█' * filled}{'░' * (cells - filled)} {times}"
+            out = [("restarts", restarts)]
+            for name, run in trials:
+                phase = self._phase_text(run)
+                what = f" · {fit_label(run.what, room - len(phase) - 3)}" if run.what else ""
+                out.append((name, f"{phase}{what}"))
+            out.append(("best so far", pick))
+            return [(name, text if len(text) <= room else text[: room - 1] + "…")
+                    for name, text in out]  # fmt: skip
+
     def render(self) -> RenderableType:
         """The live panel as it stands (the display redraws it a few times a second)."""
         from rich.table import Table
         from rich.text import Text
 
-        with self._lock:
-            elapsed = self._clock() - self._t0
-            grid = Table.grid(padding=(0, 1))
-            grid.add_column(style="bold", no_wrap=True)
-            grid.add_column(no_wrap=True, overflow="ellipsis")
-            if self._budget:
-                filled = int(round(16 * min(self._used, self._budget) / self._budget))
-                bar = "█" * filled + "░" * (16 - filled)
-                restarts = (
-                    f"{self._used}/{self._budget} {bar} {_duration(elapsed)} elapsed, "
-                    f"{self._time_left(elapsed)}"
-                )
-            else:
-                restarts = "starting"
-            grid.add_row("restarts", Text(restarts))
-            for number, run in sorted(self._running.items()):
-                what = f" · {run.what}" if run.what else ""
-                grid.add_row(f"trial {number}", Text(f"{self._phase_text(run)}{what}"))
-            pick = self._pick.describe() if self._pick is not None else "no pick yet"
-            grid.add_row("best so far", Text(pick))
-            return grid
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(no_wrap=True, overflow="ellipsis")
+        for name, text in self.rows(self.console.width):
+            grid.add_row(name, Text(text))
+        return grid
 
     def _refresh(self) -> None:
         live = self._live

@@ -13,6 +13,7 @@ from rayspec.tune import run_study
 from rayspec.tune._progress import LiveProgress
 from rayspec.tune._progress import PickView
 from rayspec.tune._progress import PlainProgress
+from rayspec.tune._progress import fit_label
 from rayspec.tune._progress import make_progress
 from rayspec.tune._report import format_table
 from tests.helpers import twin_doc
@@ -42,9 +43,9 @@ def test_on_a_terminal_a_live_display() -> None:
     assert isinstance(make_progress(print, stream=_Tty()), LiveProgress)
 
 
-def _live(now: list[float]) -> tuple[LiveProgress, io.StringIO]:
+def _live(now: list[float], width: int = 120) -> tuple[LiveProgress, io.StringIO]:
     out = io.StringIO()
-    console = Console(file=out, force_terminal=True, width=120, color_system=None)
+    console = Console(file=out, force_terminal=True, width=width, color_system=None)
     return LiveProgress(console, max_wall_s=None, clock=lambda: now[0]), out
 
 
@@ -149,3 +150,39 @@ def test_a_pick_pooled_over_many_starts_says_how_many_it_does_not_list() -> None
     assert PickView(97.3, (1, 10, 11, 13)).describe() == "97.3 tok/s (trial 1+10+11+13)"
     many = PickView(95.1, (1, 10, 11, 13, 15, 17), 0.54).describe()
     assert many == "95.1 tok/s (trial 1+10+11+13+2 more), +54 % vs baseline"
+
+
+# -- 80 columns ---------------------------------------------------------------------------------
+LONG = (
+    "EAGLE3 2 steps, topk 1, 3 draft tokens; ALGO=Ring BUFFSIZE=16777216 MAX_NCHANNELS=16 "
+    "NTHREADS=512 P2P_LEVEL=SYS PROTO=LL"
+)
+
+
+def test_a_long_label_keeps_its_speculative_settings_and_says_how_much_nccl_it_left_out() -> None:
+    assert fit_label(LONG, len(LONG)) == LONG  # what fits is untouched
+    short = fit_label(LONG, 54)
+    assert short == "EAGLE3 2 steps, topk 1, 3 tok; ALGO=Ring +5 more"
+    assert fit_label(LONG, 80).startswith("EAGLE3 2 steps, topk 1, 3 tok; ALGO=Ring BUFFSIZE=16M")
+    for width in range(10, 120):
+        assert len(fit_label(LONG, width)) <= width
+
+
+def test_the_live_rows_fit_80_columns_with_the_phase_and_the_settings() -> None:
+    now = [100.0]
+    progress, _ = _live(now, width=80)
+    progress.status(used=7, budget=14, pick=PickView(97.3, (1, 10, 11, 13, 20, 21), 0.61))
+    progress.trial_started(1234, LONG)
+    progress.phase(1234, "benchmarking")
+    progress.runs(1234, 3, 15)
+    now[0] += 3725.0  # an hour in: the longest durations
+    rows = progress.rows(80)
+    widths = [max(len(n) for n, _ in rows) + 1 + len(text) for _, text in rows]
+    assert max(widths) <= 80, rows
+    trial = dict(rows)["trial 1234"]
+    assert trial.startswith("run 4 of 15 · EAGLE3 2 steps, topk 1, 3 tok; ") and "more" in trial
+    buf = io.StringIO()
+    Console(file=buf, force_terminal=True, width=80, color_system=None).print(progress.render())
+    drawn = buf.getvalue().splitlines()
+    assert drawn and all(len(line.rstrip()) <= 80 for line in drawn)
+    assert not any("…" in line for line in drawn)  # nothing left for rich to cut
