@@ -11,6 +11,7 @@ report can be rebuilt from a copied folder at any time. Trials are read as
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -24,6 +25,10 @@ from rayspec._secrets import is_secret
 from rayspec._secrets import secret_lines
 from rayspec._types import Candidate
 from rayspec._types import TrialRecord
+from rayspec.results import PLAN_PARAM
+from rayspec.results import PLAN_ROLE
+from rayspec.results import Plan
+from rayspec.results import PlanVerdict
 from rayspec.results import StudyReport
 from rayspec.results import believes
 from rayspec.results import build_report
@@ -31,6 +36,9 @@ from rayspec.results import candidate_reader
 from rayspec.results import deploy_script
 from rayspec.results import load_equivalence
 from rayspec.results import load_space
+from rayspec.results import plan_recommended
+from rayspec.results import plan_script
+from rayspec.results import plan_verdict
 from rayspec.results import tie_note
 from rayspec.search import Equivalence
 from rayspec.search import SearchSpace
@@ -43,7 +51,7 @@ from rayspec.store import record_of_row
 if TYPE_CHECKING:
     from rayspec._config import ExperimentConfig
 
-__all__ = ["StudyData", "load_study_folder"]
+__all__ = ["StudyData", "load_study_folder", "plan_verdict_of"]
 
 _DEFAULT_START_NOISE = 0.01  # study.start_noise's default, for folders without the attribute
 
@@ -194,27 +202,57 @@ def load_study_folder(path: str, cfg: ExperimentConfig | None = None) -> StudyDa
     # Only the trials the category table compares: a set of many categories has many rows.
     shown = [t for row in (report.best, report.baseline) if row is not None for t in row.trials]
     categories = store.category_rows(set(shown)) if shown else []
-    launch, source = "", ""
-    if report.best is not None and cfg is not None:
-        tied = tie_note(report, margin)
-        launch = deploy_script(cfg, report.best, report.baseline, tied=tied)
-        source = "the experiment"
-    elif report.best is not None:
-        launch, source = _launch_from_folder(path, rows, report)
-    return StudyData(
+    data = StudyData(
         path=path, name=study.name if study is not None else name, rows=rows,
         records=records, roles=roles,
-        report=report, attrs=attrs, study=study, study_note=note, launch=launch,
-        launch_source=source, concurrency=store.scenario_concurrency(), categories=categories,
+        report=report, attrs=attrs, study=study, study_note=note,
+        concurrency=store.scenario_concurrency(), categories=categories,
         start_noise=start_noise,
         margin=margin, equivalent=equivalent,
+    )  # fmt: skip
+    # What best.sh launches: the per-load plan where its verification recommends it.
+    verdict = plan_verdict_of(data)
+    launch, source = "", ""
+    if report.best is not None and cfg is not None:
+        if verdict is not None and plan_recommended(verdict):
+            static = "best-static.sh beside this file launches the static pick"
+            launch = plan_script(cfg, verdict.plan, verdict, script="best.sh", also=static)
+        else:
+            tied = tie_note(report, margin)
+            launch = deploy_script(cfg, report.best, report.baseline, tied=tied)
+        source = "the experiment"
+    elif report.best is not None:
+        launch, source = _launch_from_folder(path, rows, report, verdict)
+    return dataclasses.replace(data, launch=launch, launch_source=source)
+
+
+def plan_verdict_of(data: StudyData) -> PlanVerdict | None:
+    """The plan's verification from the folder: its loads are the plan's tiers (each a
+    closed-loop scenario's concurrency); the objective is the scenario stored unprefixed."""
+    plans = [r for r in data.records if r.role == PLAN_ROLE and PLAN_PARAM in r.params]
+    if not plans:
+        return None
+    plan = Plan.from_json(str(max(plans, key=lambda r: r.trial).params[PLAN_PARAM]))
+    prefixed = {
+        k.split("__", 1)[0] for r in data.records for k in r.result.metrics if "__tok_s_mean" in k
+    }
+    objective = next((sc for sc in data.concurrency if sc not in prefixed), "")
+    loads = []
+    for bs, _ in plan.tiers:
+        names = sorted(sc for sc, c in data.concurrency.items() if c == bs)
+        if names:
+            loads.append((objective if objective in names else names[0], bs))
+    return plan_verdict(
+        data.report, data.records, loads, objective=objective, start_noise=data.start_noise,
+        equivalent=data.equivalent,
     )  # fmt: skip
 
 
 def _launch_from_folder(
-    path: str, rows: list[dict[str, Any]], report: StudyReport
+    path: str, rows: list[dict[str, Any]], report: StudyReport, verdict: PlanVerdict | None
 ) -> tuple[str, str]:
-    """``best.sh`` when it names the pick's trial, else the pick's measured launch line."""
+    """``best.sh`` when it names what the study recommends (the pick's trial, or the per-load
+    plan's verification), else the pick's measured launch line."""
     best = report.best
     if best is None:
         return "", ""
@@ -224,7 +262,11 @@ def _launch_from_folder(
             text = fh.read()
     except OSError:
         text = ""
-    if f", trial {best.trial}:" in text:
+    if verdict is not None and plan_recommended(verdict):
+        named = f"verified by trial {', '.join(map(str, verdict.trials))} at every load"
+        if named in text:
+            return text, script
+    elif f", trial {best.trial}:" in text:
         return text, script
     row = next((r for r in rows if int(r["trial"]) in best.trials and r.get("command")), None)
     if row is None:

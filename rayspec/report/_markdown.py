@@ -12,18 +12,16 @@ from typing import Any
 from rayspec._types import TrialState
 from rayspec.report._categories import category_lines
 from rayspec.report._escape import md_cell
+from rayspec.report._load import plan_verdict_of
 from rayspec.results import ABOVE_PEAK_WHY
-from rayspec.results import PLAN_PARAM
-from rayspec.results import PLAN_ROLE
 from rayspec.results import VERDICT_HEADER
-from rayspec.results import Plan
 from rayspec.results import PlanVerdict
 from rayspec.results import above_peak
 from rayspec.results import cost_line
 from rayspec.results import gains
 from rayspec.results import interval
 from rayspec.results import pareto_data
-from rayspec.results import plan_verdict
+from rayspec.results import plan_recommended
 from rayspec.results import speculation_gain
 from rayspec.results import tie_note
 from rayspec.results import verdict_rows
@@ -327,28 +325,6 @@ def _restarts(data: StudyData) -> list[str]:
     return lines
 
 
-def plan_verdict_of(data: StudyData) -> PlanVerdict | None:
-    """The plan's verification from the folder: its loads are the plan's tiers (each a
-    closed-loop scenario's concurrency); the objective is the scenario stored unprefixed."""
-    plans = [r for r in data.records if r.role == PLAN_ROLE and PLAN_PARAM in r.params]
-    if not plans:
-        return None
-    plan = Plan.from_json(str(max(plans, key=lambda r: r.trial).params[PLAN_PARAM]))
-    prefixed = {
-        k.split("__", 1)[0] for r in data.records for k in r.result.metrics if "__tok_s_mean" in k
-    }
-    objective = next((sc for sc in data.concurrency if sc not in prefixed), "")
-    loads = []
-    for bs, _ in plan.tiers:
-        names = sorted(sc for sc, c in data.concurrency.items() if c == bs)
-        if names:
-            loads.append((objective if objective in names else names[0], bs))
-    return plan_verdict(
-        data.report, data.records, loads, objective=objective, start_noise=data.start_noise,
-        equivalent=data.equivalent,
-    )  # fmt: skip
-
-
 def plan_section(data: StudyData) -> list[str]:
     """``## The per-load plan``: the plan against the static pick and no speculation, per load
     (empty when no plan was verified)."""
@@ -359,8 +335,8 @@ def plan_section(data: StudyData) -> list[str]:
     lines = ["", "## The per-load plan", ""]
     lines.append(
         f"One server for every load: `{_cell(verdict.plan.candidate().label())}` (SGLang's "
-        f"adaptive tiers, `--speculative-adaptive-config`), verified by trial {trials} at "
-        "every load, beside the static pick (what `best.sh` launches) and the best "
+        f"adaptive tiers, `--speculative-adaptive-config adaptive_tiers.json`), verified by "
+        f"trial {trials} at every load, beside the static pick and the best "
         "configuration without speculation. Each figure is throughput (tok/s, whatever "
         "`study.objective` is) with its 95 % interval (the "
         "runs' spread and one server start's offset, `study.start_noise`, per start); "
@@ -371,7 +347,21 @@ def plan_section(data: StudyData) -> list[str]:
     cost = cost_line(verdict)
     why = verdict.why
     lines += ["", f"**{why[0].upper()}{why[1:]}.**", "", f"{cost[0].upper()}{cost[1:]}."]
+    lines += ["", deploy_line(verdict)]
     return lines
+
+
+def deploy_line(verdict: PlanVerdict) -> str:
+    """Which file launches which option: ``best.sh`` is always the recommendation."""
+    if plan_recommended(verdict):
+        return (
+            "Deploy: `best.sh` launches the plan (the launch command above); `best-static.sh` "
+            "the static pick."
+        )
+    return (
+        "Deploy: `best.sh` launches the static pick (the launch command above); "
+        "`best-adaptive.sh` the plan."
+    )
 
 
 def render(data: StudyData, plots: Sequence[Plot], report_dir: str) -> str:

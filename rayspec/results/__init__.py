@@ -11,6 +11,8 @@ from rayspec.results._deploy import DRAFT_PLACEHOLDER
 from rayspec.results._deploy import MODEL_PLACEHOLDER
 from rayspec.results._deploy import deploy_config
 from rayspec.results._deploy import deploy_script
+from rayspec.results._deploy import plan_recommended
+from rayspec.results._deploy import plan_script
 from rayspec.results._deploy import twin_script
 from rayspec.results._deploy import write_best
 from rayspec.results._pareto import ParetoPoint
@@ -84,6 +86,8 @@ __all__ = [
     "pareto_data",
     "pareto_front",
     "pareto_points",
+    "plan_recommended",
+    "plan_script",
     "plan_verdict",
     "prob_faster",
     "recommend",

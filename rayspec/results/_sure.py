@@ -175,13 +175,13 @@ class Gain:
         if not math.isfinite(self.ratio):
             return f"{self.what}: {_trials(self.row)}: {self.row.label} (no baseline to compare)"
         text = f"{self.what}: {self.ratio:.2f}x "
-        text += "the baseline" if self.against is None else _trials(self.against)
+        text += "the baseline" if self.against is None else "no speculation there"
         if math.isfinite(self.low):
             text += f" (95 %: {self.low:.2f}-{self.high:.2f})"
-        text += f", {_trials(self.row)}: {self.row.label}"
-        if self.against is not None:
-            text += f" against {self.against.label}"
-        return text
+        if self.against is None:
+            return f"{text}, {_trials(self.row)}: {self.row.label}"
+        # The pick's label is the joint pick's line: the reference is what this one adds.
+        return f"{text}, {_trials(self.row)} against {self.reference}"
 
 
 def _gain(what: str, row: Row | None, base: Row | None, against: Row | None = None) -> Gain:
@@ -243,7 +243,8 @@ def speculation_gain(report: StudyReport) -> Gain:
         return Gain(SPECULATION_GAIN, None, missing="the pick runs no speculation")
     cand = best.candidate
     off = _best([
-        r for r in report.rows if r.candidate.spec is None and r.candidate.nccl_env == cand.nccl_env
+        r for r in report.rows if r.candidate.spec is None
+        and r.candidate.nccl_env == cand.nccl_env
         and r.candidate.server_settings == cand.server_settings
     ])  # fmt: skip
     if off is None:

@@ -12,7 +12,8 @@ Public names:
   :mod:`rayspec.engines.sglang`); :func:`parse_exit_status`: the reaper's exit line.
 - :func:`build_launch`, :func:`server_env` and :func:`shell_line`: config + candidate ->
   :class:`~rayspec.LaunchSpec` (pure; the engine object spells it), and the launch as one
-  copy-pasteable shell line.
+  copy-pasteable shell line; :func:`tiers_json` and :data:`ADAPTIVE_CONFIG_FLAG`: a plan's
+  tiers file and the flag that names it.
 - :func:`start_process`, :func:`stop_process` and :class:`ProcessInfo`: the process layer.
 """
 
@@ -31,15 +32,18 @@ from rayspec.server._backends import TwinBackend
 from rayspec.server._backends import backend_for
 from rayspec.server._base import BaseServerBackend
 from rayspec.server._base import ServerState
+from rayspec.server._command import ADAPTIVE_CONFIG_FLAG
 from rayspec.server._command import build_launch
 from rayspec.server._command import server_env
 from rayspec.server._command import shell_line
+from rayspec.server._command import tiers_json
 from rayspec.server._logparse import parse_exit_status
 from rayspec.server._process import ProcessInfo
 from rayspec.server._process import start_process
 from rayspec.server._process import stop_process
 
 __all__ = [
+    "ADAPTIVE_CONFIG_FLAG",
     "BaseServerBackend",
     "DecodeBatch",
     "Phase",
@@ -60,4 +64,5 @@ __all__ = [
     "shell_line",
     "start_process",
     "stop_process",
+    "tiers_json",
 ]

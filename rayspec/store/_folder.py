@@ -121,6 +121,16 @@ class StudyFolder:
         return os.path.join(self.root, "best.sh")
 
     @property
+    def best_adaptive_sh(self) -> str:
+        """The per-load plan (adaptive tiers) when the report offers it but best.sh is not it."""
+        return os.path.join(self.root, "best-adaptive.sh")
+
+    @property
+    def best_static_sh(self) -> str:
+        """The static pick when the report recommends the per-load plan (then best.sh)."""
+        return os.path.join(self.root, "best-static.sh")
+
+    @property
     def best_twin_sh(self) -> str:
         """A twin study's pick, served by the twin where the study ran."""
         return os.path.join(self.root, "best-twin.sh")

@@ -200,7 +200,7 @@ def _run(cfg: ExperimentConfig, space: SearchSpace) -> int:
 
 
 def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
-    from rayspec.results import deploy_config
+    from rayspec.results import plan_recommended
     from rayspec.results import tie_note
     from rayspec.results import verdict_lines
     from rayspec.results import write_best
@@ -214,7 +214,7 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
     from rayspec.tune._report import format_gains
     from rayspec.tune._report import format_table
     from rayspec.tune._report import no_pick_line
-    from rayspec.tune._tiers import write_adaptive_tiers
+    from rayspec.tune._tiers import adaptive_tiers
 
     if cfg.server.engine is Engine.twin:
         _say("engine: twin — a SIMULATED SGLang node (rayspec.twin); numbers are the model's")
@@ -272,20 +272,17 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
         )
     for scenario, row in report.best_per_scenario:
         print(f"best at scenario {scenario}: trial {row.trial}: {row.label}")
-    tiers = write_adaptive_tiers(cfg, report, deploy_config(cfg))
-    if tiers is not None:
-        tiers_path, tiers_line, found = tiers
-        per_load = ", ".join(
-            f"{bs} -> {plural(entry['candidate_steps'][0], 'step')}"
-            for bs, entry in found.tiers.items()
-        )
-        print(f"adaptive tiers (concurrency {per_load}): {tiers_path}")
-        print(f"  one server for every load:  {tiers_line}")
     verdict = _plan_verdict(cfg, report)
+    found = adaptive_tiers(cfg, report)
+    # The verified plan is the one deployed; the search's tiers only where none ran.
+    plan = verdict.plan if verdict is not None else (found.plan if found else None)
+    if plan is not None:
+        per_load = ", ".join(f"{bs} -> {plural(steps[0], 'step')}" for bs, steps in plan.tiers)
+        print(f"adaptive tiers (concurrency {per_load}): {folder.adaptive_tiers}")
     if verdict is not None:
         for line in verdict_lines(verdict):
             print(line)
-    paths = write_best(cfg, report)
+    paths = write_best(cfg, report, verdict, plan)
     print()
     if report.pick_note:
         print(report.pick_note)
@@ -302,7 +299,14 @@ def _run_locked(cfg: ExperimentConfig, space: SearchSpace) -> int:
         )
         for note in deploy_warnings(report.best):
             print(f"  warning: {note}")
-        print(f"  launch it:  {paths[1]}")
+        if plan is not None and plan_recommended(verdict):
+            print(f"  launch it:  {paths[1]} (the per-load plan, recommended)")
+            print(f"  the static pick: {folder.best_static_sh}")
+        else:
+            print(f"  launch it:  {paths[1]}")
+            if plan is not None:
+                why = "not recommended" if verdict is not None else "not verified"
+                print(f"  the per-load plan ({why}): {folder.best_adaptive_sh}")
         if cfg.server.engine is Engine.twin:
             print(f"  on the twin: {folder.best_twin_sh} (here, without GPUs)")
         print(f"  details:    {paths[0]}")

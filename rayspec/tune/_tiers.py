@@ -5,7 +5,8 @@ speculation gains at concurrency 1 and loses at 16). SGLang's adaptive mode take
 of tiers, one per batch size, each with the steps it may use
 (``--speculative-adaptive-config``; docs/sglang.md, *Speculative rules*).
 :func:`adaptive_tiers` turns the measured best chain (or no speculation: 0 steps) of each scenario
-into that file, so one server
+into those tiers (``best-adaptive.sh`` or ``best.sh`` launches them with that file:
+:func:`rayspec.results.write_best`), so one server
 follows the load with the steps each load measured best. Only topk-1 chains qualify: adaptive
 steps are chains.
 
@@ -16,31 +17,23 @@ Example of what is written::
 
 from __future__ import annotations
 
-import json
 import math
-import shlex
 from dataclasses import dataclass
 
-from rayspec._atomic import write_atomic
 from rayspec._config import SPEC_OFF
 from rayspec._config import ExperimentConfig
 from rayspec._types import Candidate
 from rayspec.engines.sglang import sglang_features
-from rayspec.results import DRAFT_PLACEHOLDER
-from rayspec.results import MODEL_PLACEHOLDER
 from rayspec.results import Plan
 from rayspec.results import Row
 from rayspec.results import StudyReport
 from rayspec.search._space import is_adaptive
-from rayspec.server import build_launch
-from rayspec.store import StudyFolder
 
 __all__ = [
     "AdaptiveTiers",
     "adaptive_tiers",
     "closed_loads",
     "plan_may_apply",
-    "write_adaptive_tiers",
 ]
 
 
@@ -132,30 +125,3 @@ def _chain_or_off(candidate: Candidate) -> bool:
     return spec is None or (
         spec.eagle_topk == 1 and not spec.adaptive and not candidate.server_settings
     )
-
-
-def write_adaptive_tiers(
-    cfg: ExperimentConfig, report: StudyReport, deploy: ExperimentConfig
-) -> tuple[str, str, AdaptiveTiers] | None:
-    """Write ``<out>/adaptive_tiers.json``; return its path, the launch line and the tiers.
-
-    Args:
-        deploy: the experiment as a real SGLang launch (:func:`rayspec.results.deploy_config`).
-    """
-    found = adaptive_tiers(cfg, report)
-    if found is None:
-        return None
-    path = StudyFolder(cfg.out_dir).adaptive_tiers
-    write_atomic(path, json.dumps(found.tiers, indent=2) + "\n")  # never through a link
-    launch = build_launch(deploy, found.plan.candidate(), port=cfg.server.port, log_path="-")
-    # The file is written here for the user; the launch's own copy (``files``) is the node's.
-    argv = [*launch.argv, "--speculative-adaptive-config", path]
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env)
-    unset = " ".join(f"-u {k}" for k in launch.unset_env)
-    keep = {
-        MODEL_PLACEHOLDER: f'"{MODEL_PLACEHOLDER}"',
-        DRAFT_PLACEHOLDER: f'"{DRAFT_PLACEHOLDER}"',
-    }
-    cmd = " ".join(keep.get(a) or shlex.quote(a) for a in argv)
-    line = " ".join(part for part in ("env", unset, env, cmd) if part)
-    return path, line, found

@@ -199,8 +199,8 @@ def test_speculation_is_put_against_no_speculation_on_the_picks_nccl() -> None:
     assert found.low < found.ratio < found.high
     assert gains(report)[1].row is None  # the field's own decomposition cannot say it
     line = format_gains(report)[-1]
-    assert line.startswith("speculation on the pick's NCCL: 1.14x trial 11 (95 %: 1.")
-    assert line.endswith("against no speculation; P2P_LEVEL=SYS PROTO=LL")
+    assert line.startswith("speculation on the pick's NCCL: 1.14x no speculation there (95 %: 1.")
+    assert line.endswith(", trial 7 against trial 11 (no speculation; P2P_LEVEL=SYS PROTO=LL)")
 
 
 def test_without_a_no_speculation_trial_on_the_picks_nccl_it_says_what_would_measure_it() -> None:

@@ -11,9 +11,9 @@ from rayspec import SpecSettings
 from rayspec._config import load_config
 from rayspec.results import Row
 from rayspec.results import StudyReport
-from rayspec.results import deploy_config
+from rayspec.results import write_best
+from rayspec.store import StudyFolder
 from rayspec.tune._tiers import adaptive_tiers
-from rayspec.tune._tiers import write_adaptive_tiers
 from tests.helpers import TWIN_EXPERIMENT
 
 SCENARIOS = (
@@ -54,16 +54,20 @@ def test_each_concurrency_gets_its_best_chain_or_no_speculation(tmp_path) -> Non
     # Concurrency 1: 3 steps beat 2; concurrency 16: speculation loses, 0 steps.
     assert found.tiers == {"1": {"candidate_steps": [3]}, "16": {"candidate_steps": [0]}}
     assert found.start_steps == 3
-    written = write_adaptive_tiers(cfg, report, deploy_config(cfg))
-    assert written is not None
-    path, line, _ = written
-    assert path == os.path.join(cfg.out_dir, "adaptive_tiers.json")
-    with open(path, encoding="utf-8") as fh:
+    # No trial verified them: best.sh stays the pick, best-adaptive.sh launches the tiers.
+    write_best(cfg, report, plan=found.plan)
+    folder = StudyFolder(cfg.out_dir)
+    with open(folder.adaptive_tiers, encoding="utf-8") as fh:
         assert json.load(fh) == found.tiers
-    assert "--speculative-adaptive --" in line and f"--speculative-adaptive-config {path}" in line
+    with open(folder.best_adaptive_sh, encoding="utf-8") as fh:
+        script = fh.read()
+    line = next(line for line in script.splitlines() if line.startswith("exec "))
+    assert "--speculative-adaptive --" in line and "--speculative-adaptive-config " in line
     assert "--speculative-num-steps 3 --speculative-eagle-topk 1" in line
-    assert "NCCL_PROTO=LL" in line and "sglang.launch_server" in line
-    assert "  " not in line  # one space between the parts, whichever are empty
+    assert "export NCCL_PROTO=LL" in script and "sglang.launch_server" in line
+    assert "# not verified: no trial ran this plan" in script
+    with open(folder.best_sh, encoding="utf-8") as fh:
+        assert "--speculative-adaptive" not in fh.read()
 
 
 def test_no_tiers_without_two_loads_or_where_speculation_never_wins(tmp_path) -> None:
