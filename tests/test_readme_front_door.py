@@ -129,3 +129,13 @@ def test_every_relative_link_of_a_page_exists(page: str) -> None:
         elif anchor and where.endswith(".md") and anchor not in _anchors(where):
             broken.append(f"{target}: {where} has no section #{anchor}")
     assert broken == [], f"{page}: " + "; ".join(broken)
+
+
+def test_the_quickstarts_time_is_one_measured_figure() -> None:
+    # The experiment said "about six minutes", the README "about three": one figure, measured,
+    # stated where the run is described and quoted by the README.
+    assert not re.search(r"\bminutes?\b", _read("experiments/eagle3-twin.yaml"))
+    measured = re.search(r"(\d+ min \d+ s) in all", _read("docs/output.md"))
+    assert measured is not None
+    line = next(line for line in _screen() if line.startswith("On the twin"))
+    assert f"{measured.group(1)} on a quiet 2-core machine in one measured run" in line
