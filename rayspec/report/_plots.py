@@ -34,6 +34,7 @@ __all__ = [
     "grouped_importances",
     "moved_together",
     "one_trial_only",
+    "bar_label",
     "short_label",
 ]
 
@@ -62,7 +63,15 @@ class Plot:
 
 
 def short_label(candidate: Candidate, width: int = 56) -> str:
-    """A configuration's label short enough for an axis."""
+    """A configuration's label short enough for an axis: at most ``width`` characters, never
+    cut inside a setting; NCCL variables and flags that do not fit are counted (``+2 more``).
+
+    Example:
+        >>> from rayspec._types import SpecSettings
+        >>> nccl = (("NCCL_ALGO", "Ring"), ("NCCL_BUFFSIZE", "16777216"), ("NCCL_PROTO", "LL"))
+        >>> short_label(Candidate(nccl, SpecSettings("EAGLE3", 2, 1, 3)), 40)
+        '2 steps/topk 1/3 tok; ALGO=Ring +2 more'
+    """
     spec = candidate.spec
     if spec is None:
         head = "no spec"
@@ -71,11 +80,14 @@ def short_label(candidate: Candidate, width: int = 56) -> str:
     else:
         steps = plural(spec.num_steps, "step")
         head = f"{steps}/topk {spec.eagle_topk}/{spec.num_draft_tokens} tok"
-    nccl = " ".join(f"{k.removeprefix('NCCL_')}={v}" for k, v in candidate.nccl_env)
-    text = f"{head}; {nccl or 'NCCL default'}"
-    if candidate.server_settings:
-        text += " " + " ".join(candidate.server_settings)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    words = [f"{k.removeprefix('NCCL_')}={v}" for k, v in candidate.nccl_env] or ["NCCL default"]
+    words += candidate.server_settings
+    for keep in range(len(words), -1, -1):
+        more = f" +{len(words) - keep} more" if keep < len(words) else ""
+        text = f"{head}; {' '.join(words[:keep])}".rstrip() + more
+        if len(text) <= width:
+            return text
+    return head[: width - 1] + "…"
 
 
 def _name(path: str) -> str:
@@ -174,7 +186,7 @@ def plot_history(data: StudyData, path: str) -> Plot:
     ax.set_ylabel("output tok/s")
     ax.set_title(f"{data.name}: tok/s per restart and the pick")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -320,7 +332,10 @@ def plot_steps_topk(data: StudyData, path: str) -> Plot:
             ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, fill=False, ec=PICK_COLOR, lw=3))
     ax.set_xticks(range(len(steps)), [str(s) for s in steps])
     ax.set_yticks(range(len(topks)), [str(k) for k in topks])
-    ax.set_xlabel("speculative steps (num_steps)")
+    xlabel = "speculative steps (num_steps)"
+    if math.isfinite(base):  # in the label, which the layout makes room for, not over it
+        xlabel += f"\nbaseline: {base:.1f} tok/s"
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("eagle_topk")
     import textwrap
 
@@ -332,7 +347,6 @@ def plot_steps_topk(data: StudyData, path: str) -> Plot:
         low, high = bar.ax.get_ylim()
         if low <= base <= high:
             bar.ax.axhline(base, color=BASELINE_COLOR, ls="--", lw=2)
-        ax.text(0, -0.28, f"baseline: {base:.1f} tok/s", transform=ax.transAxes, fontsize=8)
     return Plot(_name(path), title, caption, path=_save(fig, path))
 
 
@@ -524,6 +538,24 @@ def scenario_values(data: StudyData) -> list[tuple[str, int, list[tuple[Row, flo
     return out
 
 
+BAR_LABEL_COLUMNS = 24  # at 7 pt, narrower than a bar's 1.8 in slot: neighbours never touch
+BAR_LABEL_LINES = 3
+
+
+def bar_label(candidate: Candidate) -> str:
+    """A bar's label: :func:`short_label` in at most :data:`BAR_LABEL_LINES` lines of at most
+    :data:`BAR_LABEL_COLUMNS` characters."""
+    import textwrap
+
+    cols, rows = BAR_LABEL_COLUMNS, BAR_LABEL_LINES
+    text = short_label(candidate, cols * rows - rows)  # room for the breaks
+    lines = textwrap.wrap(text, cols)
+    while len(lines) > rows:  # a long word wrapped short: fewer settings
+        text = short_label(candidate, len(text) - 4)
+        lines = textwrap.wrap(text, cols)
+    return "\n".join(lines)
+
+
 def plot_concurrency(data: StudyData, path: str) -> Plot:
     title = "Best configuration per concurrency"
     caption = (
@@ -534,16 +566,14 @@ def plot_concurrency(data: StudyData, path: str) -> Plot:
     if len(per) < 2:
         return Plot(_name(path), title, caption,
                     skipped="one load scenario: no per-concurrency comparison")  # fmt: skip
-    import textwrap
-
     report = data.report
     fig = _figure(1.5 + 1.8 * len(per), 4.6)
     ax = fig.add_subplot()
     for x, (_, _, values) in enumerate(per):
         row, value = max(values, key=lambda rv: rv[1])
         ax.bar(x, value, color="#1f77b4", width=0.6)
-        ax.text(x, value, textwrap.fill(short_label(row.candidate, 72), 26), ha="center",
-                va="bottom", fontsize=7)  # fmt: skip
+        ax.text(x, value, bar_label(row.candidate), ha="center", va="bottom",
+                fontsize=7)  # fmt: skip
         for ref, marker, color, label in (
             (report.best, "*", PICK_COLOR, "pick"),
             (report.baseline, "_", BASELINE_COLOR, "baseline"),
@@ -591,7 +621,8 @@ def plot_pareto(data: StudyData, path: str) -> Plot:
     ax.set_xlabel("tok/s per user (decode rate of one request)")
     ax.set_ylabel("output tok/s per GPU")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    # Beside the axes: one entry per load (and per load that missed the SLO) covered points.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return Plot(_name(path), title, caption, path=_save(fig, path))
 
 
