@@ -12,7 +12,7 @@ For every restart count N the pick is what the report would deploy after N serve
 (the Parquet rows up to the N-th launch); its *true* value is the twin model's noise-free
 decode rate, and the optimum is the best true value over the whole space (every speculative
 setting with every distinct NCCL behaviour). Cases: the field profile with the quickstart space
-and with the full space (6 NCCL variables, steps 1-8, topk 1/2/4/8, draft tokens 2-16: 2.2 M
+and with the full space (6 NCCL variables, steps 1-8, topk 1/2/4/8, draft tokens 2-16: 1.6 M
 candidates), and two more profiles: a fast-interconnect dense node where NCCL barely matters and
 the best tree is deep (``h200-nvlink-tp8-dense``), and the field node with a weak drafter where
 speculation barely pays (``kimi-k2.5-tp8-pcie-weak-drafter``).
@@ -108,7 +108,7 @@ no seed stopped so).
 
 Strategies: ``structured`` (the default search), ``tpe``, ``random`` and ``grid`` (Optuna's
 samplers through ``study.sampler``; the default ``--strategies`` leaves ``grid`` out). ``grid``
-runs on the quickstart space only: the full space (2.2 M candidates) is too big to walk, and its
+runs on the quickstart space only: the full space (1.6 M candidates) is too big to walk, and its
 rows say so.
 
 ``--slots N`` runs each study with N trials at once, as the driver does on a Ray cluster
@@ -282,7 +282,7 @@ CASE_NOISE: dict[str, tuple[float, float]] = {
     "field3x/full": (3.0, 1.0),
 }
 STRATEGIES = ("structured", "belief", "tpe", "random", "grid")  # study.sampler values
-# Strategies that walk the whole space: not run on the full space (2.2 M candidates).
+# Strategies that walk the whole space: not run on the full space (1.6 M candidates).
 WALKS_THE_SPACE = frozenset({"grid"})
 PICKS_AT = (10, 15, 30, 40)
 _BUDGET_SPENT = "restart budget spent"
@@ -855,7 +855,7 @@ def print_table(
     order = {case: i for i, case in enumerate(dict.fromkeys(r[0] for r in rows))}
     for case, strategy, s in sorted(rows, key=lambda r: order[r[0]]):
         if s is None:
-            note = "not run: the full space (2.2 M candidates) is too big to walk"
+            note = "not run: the full space (1.6 M candidates) is too big to walk"
             print(f"| {case} | {strategy} | {note} |" + " |" * (columns - 3))
             continue
         picks = " | ".join(f"{100 * s['at'][n]:.1f} %" for n in PICKS_AT if n <= budget)

@@ -29,17 +29,36 @@ from rayspec._exceptions import FailureReason
 from rayspec._exceptions import RayspecError
 from rayspec._types import SpecSettings
 
-__all__ = ["DraftTree", "DraftTreeError", "build_draft_tree", "tree_fits"]
+__all__ = ["DraftTree", "DraftTreeError", "build_draft_tree", "tree_fits", "tree_refusal"]
 
 
 class DraftTreeError(RayspecError, RuntimeError):
-    """``num_draft_tokens - 1`` exceeds the draft tree's capacity (SGLang's torch.topk fails)."""
+    """A draft tree SGLang cannot run (:func:`tree_refusal`: more nodes asked for than the tree
+    has, or a budget shorter than its accepted path)."""
 
     reason = FailureReason.INVALID_DRAFT_TREE
 
 
+def tree_refusal(spec: SpecSettings) -> str | None:
+    """The error SGLang fails with at the first decode of a tree it cannot run, None when it
+    can (docs/sglang.md, *Speculative rules*)."""
+    if spec.num_draft_tokens - 1 > spec.tree_capacity:
+        return (
+            "RuntimeError: selected index k out of range "
+            f"(num_draft_tokens - 1 = {spec.num_draft_tokens - 1} > "
+            f"{spec.tree_capacity} draft candidates)"
+        )
+    if not spec.holds_path:
+        return (
+            f"RuntimeError: The expanded size of the tensor ({spec.num_draft_tokens}) must "
+            f"match the existing size ({spec.num_steps + 1}) at non-singleton dimension 1"
+        )
+    return None
+
+
 def tree_fits(spec: SpecSettings) -> bool:
-    """Whether SGLang can keep ``num_draft_tokens - 1`` nodes of the draft tree (*EAGLE-3*).
+    """Whether SGLang can run the draft tree: keep ``num_draft_tokens - 1`` of its nodes, and
+    hold its accepted path (*EAGLE-3*).
 
     A configuration that does not fit starts, then fails at the first decode (docs/sglang.md,
     *Speculative rules*).

@@ -73,9 +73,21 @@ class SpecSettings:
         return self.eagle_topk + (self.num_steps - 1) * self.eagle_topk**2
 
     @property
+    def holds_path(self) -> bool:
+        """Whether a tree's budget holds its longest accepted path (``num_steps + 1`` tokens).
+
+        SGLang 0.5.23 moves a tree's accepted path to the front of each request's block of
+        ``num_draft_tokens`` at every verify and fails on a block shorter than the path (at
+        the first verify: the server's warm-up). Such a tree's deeper steps could never all be
+        accepted anyway: the same tree with fewer steps drafts less for the same tokens.
+        """
+        return self.eagle_topk == 1 or self.num_draft_tokens >= self.num_steps + 1
+
+    @property
     def fits_tree(self) -> bool:
-        """Whether SGLang can pick ``num_draft_tokens - 1`` nodes out of the tree."""
-        return self.num_draft_tokens - 1 <= self.tree_capacity
+        """Whether SGLang can run the tree: pick ``num_draft_tokens - 1`` nodes out of it,
+        and hold its accepted path (:attr:`holds_path`)."""
+        return self.num_draft_tokens - 1 <= self.tree_capacity and self.holds_path
 
     def label(self) -> str:
         if self.adaptive:

@@ -74,7 +74,7 @@ RESUME_MAY_CHANGE = (
 )  # fmt: skip
 # The searched space: checked as Optuna needs it (check_same_experiment, check_stored_choices).
 SPACE_KEYS = ("search.nccl", "search.speculative.*", "search.flags", "search.scheduler.*")
-# The most configurations study.sampler=grid may walk. Those in experiments/ have 44,469 each; a
+# The most configurations study.sampler=grid may walk. Those in experiments/ have 25,515 each; a
 # grid of millions would never finish, and Optuna holds and shuffles every point on each open.
 GRID_MAX_POINTS = 100_000
 _HASH_BYTES = 64 * 1024 * 1024  # a file hashed past this many bytes counts its size only

@@ -18,9 +18,9 @@ SGLang's rules are built in (docs/sglang.md, *Speculative rules*):
   baseline has none); SGLang clamps the decode CUDA-graph cap to the running cap, so a
   ``cuda_graph_max_bs`` above ``max_running_requests`` is the same candidate as one equal to it
   (:func:`canonical_key`, docs/sglang.md, *Scheduler knobs*);
-- a draft budget the tree cannot hold (``ndt - 1 > topk + (steps - 1) * topk**2``) yields a
-  candidate whose ``spec.fits_tree`` is False; the driver records it as infeasible and never
-  launches it.
+- a draft budget the tree cannot hold (``ndt - 1 > topk + (steps - 1) * topk**2``), or one short
+  of the tree's accepted path (``ndt < steps + 1``, topk > 1), yields a candidate whose
+  ``spec.fits_tree`` is False; the driver records it as infeasible and never launches it.
 
 :func:`canonical_key` names equivalent candidates identically, so a repeat costs no restart.
 """
@@ -225,18 +225,26 @@ class SearchSpace:
     def ndt_param(self, steps: int, topk: int) -> tuple[str, list[int]]:
         """The draft-token parameter for a tree of ``steps`` x ``topk``, and its choices.
 
-        Only budgets the tree can hold are offered, so the sampler never proposes an
-        impossible tree (a failed trial would teach TPE nothing and it would ask again). The
-        parameter is named by that limit (``spec.num_draft_tokens.upto7``) because Optuna
-        needs one fixed choice list per name; when every declared budget fits, it is plain
-        ``spec.num_draft_tokens``.
+        Only budgets SGLang can run the tree with are offered (:attr:`SpecSettings.fits_tree`:
+        at most the tree's nodes + 1, at least its accepted path, ``steps + 1``), so the
+        sampler never proposes an impossible tree (a failed trial would teach TPE nothing and
+        it would ask again). The parameter is named by those limits
+        (``spec.num_draft_tokens.upto7``, ``spec.num_draft_tokens.from4``, both:
+        ``spec.num_draft_tokens.from4.upto7``) because Optuna needs one fixed choice list per
+        name; when every declared budget fits, it is plain ``spec.num_draft_tokens``.
         """
         limit = topk + (steps - 1) * topk**2 + 1
+        low = steps + 1
         declared = list(self.num_draft_tokens)
-        fit = [n for n in declared if n <= limit]
+        fit = [n for n in declared if low <= n <= limit]
         if not fit or len(fit) == len(declared):
             return P_NDT, declared
-        return f"{P_NDT}.upto{limit}", fit
+        name = P_NDT
+        if any(n < low for n in declared):
+            name += f".from{low}"
+        if any(n > limit for n in declared):
+            name += f".upto{limit}"
+        return name, fit
 
     def grid(self) -> dict[str, list[Any]]:
         """Every declared parameter with its choices: the space's fingerprint (a study keeps it,

@@ -68,14 +68,19 @@ def instant_result(
     candidate = trial.candidate
     spec = candidate.spec
     if spec is not None and not spec.fits_tree:
+        shape = f"topk {spec.eagle_topk}, {plural(spec.num_steps, 'step')}"
+        why = (
+            f"num_draft_tokens {spec.num_draft_tokens} - 1 exceeds the draft tree's "
+            f"{spec.tree_capacity} nodes ({shape})"
+            if spec.holds_path
+            else f"num_draft_tokens {spec.num_draft_tokens} is short of the tree's accepted "
+            f"path of {spec.num_steps + 1} tokens ({shape})"
+        )
         return failed_result(
             trial.number,
             candidate,
             FailureReason.INFEASIBLE,
-            f"num_draft_tokens {spec.num_draft_tokens} - 1 exceeds the draft tree's "
-            f"{spec.tree_capacity} nodes (topk {spec.eagle_topk}, "
-            f"{plural(spec.num_steps, 'step')}): "
-            "SGLang would fail at the first decode, so it was not launched",
+            f"{why}: SGLang would fail at the first decode, so it was not launched",
         ), None
     if trial.retry_of is not None:
         return None, None  # an interrupted trial is tried again as it was

@@ -26,6 +26,7 @@ from rayspec._drafttree import DraftTree
 from rayspec._drafttree import DraftTreeError
 from rayspec._drafttree import build_draft_tree
 from rayspec._drafttree import tree_fits
+from rayspec._drafttree import tree_refusal
 from rayspec._types import SpecSettings
 from rayspec.twin._nccl import NcclSetup
 from rayspec.twin._profile import Profile
@@ -291,9 +292,6 @@ class PerfModel:
 
     def _check_tree(self) -> None:
         spec = self._require_spec()
-        if not tree_fits(spec):
-            raise DraftTreeError(
-                "RuntimeError: selected index k out of range "
-                f"(num_draft_tokens - 1 = {spec.num_draft_tokens - 1} > "
-                f"{spec.tree_capacity} draft candidates)"
-            )
+        refusal = tree_refusal(spec)
+        if refusal is not None:
+            raise DraftTreeError(refusal)

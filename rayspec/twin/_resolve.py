@@ -11,8 +11,9 @@ types SGLang raises for bad combinations, so a launcher sees the same failure at
   topk;
 - ``ValueError`` for trtllm_mha with topk > 1 and for paged trees on other backends.
 
-A draft budget the tree cannot hold is *not* an error here (SGLang does not check it either); the
-resolution reports it in :attr:`Resolution.tree_error` and the engine fails at the first decode.
+A draft tree SGLang cannot run (a budget past the tree's nodes, or short of its accepted path) is
+*not* an error here (SGLang does not check it either); the resolution reports it in
+:attr:`Resolution.tree_error` and the engine fails at the first decode.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from rayspec._drafttree import tree_refusal
 from rayspec._types import SpecSettings
 from rayspec.twin._adaptive import candidate_steps
 from rayspec.twin._adaptive import load_tiers
@@ -82,7 +84,7 @@ class Resolution:
         args: every argument with its effective value (what ``/server_info`` reports).
         spec: the speculative settings, or None without speculation.
         warnings: log lines SGLang prints while resolving, in order.
-        tree_error: set when the draft budget exceeds the tree (fails at the first decode).
+        tree_error: SGLang's error for a draft tree it cannot run (fails at the first decode).
         env_updates: SGLang's own environment writes (*Flags rayspec keeps out*), applied
             before NCCL is read.
         adaptive_tiers: the adaptive steps' tiers (batch size -> settings) when
@@ -282,8 +284,9 @@ def resolve_server_args(
         spec = SpecSettings(
             algo, steps, topk, ndt, adaptive=adaptive_tiers is not None, overlap=overlap
         )
-        if not spec.fits_tree:
-            tree_error = "selected index k out of range"
+        refusal = tree_refusal(spec)
+        if refusal is not None:
+            tree_error = refusal.removeprefix("RuntimeError: ")
         if algo not in SIMULATED_ALGORITHMS:
             raise NotImplementedError(
                 f"rayspec twin: speculative algorithm {algo} is valid in SGLang but is not "

@@ -1,8 +1,10 @@
 """The tree SGLang refuses, without a server: rayspec's pre-launch rule (``fits_tree``) against
-SGLang's own ``organize_draft_results``, which keeps the ``ndt - 1`` best draft nodes with
-``torch.topk`` and fails on a tree that holds fewer (at a real server's first speculative
-decode: its warm-up). The draft loop's score shapes are SGLang's: ``[b, 1, topk]`` at the first
-step, ``[b, topk, topk]`` after it. The error text is the one the classifier reads."""
+SGLang's own code, at a real server's first speculative decode (its warm-up):
+``organize_draft_results`` keeps the ``ndt - 1`` best draft nodes with ``torch.topk`` and fails
+on a tree that holds fewer; the tree verify's ``_compact_accept_to_front`` moves the accepted
+path (``steps + 1`` slots) to the front of each request's block of ``ndt`` and fails on a shorter
+block. The draft loop's score shapes are SGLang's: ``[b, 1, topk]`` at the first step,
+``[b, topk, topk]`` after it. The error texts are the ones the classifier reads."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from tests.real_sglang import _study as st
 _ASK_SGLANG = """
 import json, torch
 from sglang.srt.speculative.eagle_utils import organize_draft_results
+from sglang.srt.speculative.eagle_worker_common import _compact_accept_to_front
 out = []
 for steps in range(1, 5):
     for topk in range(1, 5):
@@ -29,6 +32,9 @@ for steps in range(1, 5):
                 torch.zeros(1, topk, dtype=torch.long) for _ in range(steps - 1)]
             try:
                 organize_draft_results(scores, tokens, parents, ndt)
+                if topk > 1:  # the tree path of the verify (a chain's block is its path)
+                    _compact_accept_to_front(torch.zeros(2 * ndt, 3),
+                        torch.zeros(2, steps + 1, dtype=torch.long), 2, num_draft_tokens=ndt)
                 out.append([steps, topk, ndt, ""])
             except RuntimeError as exc:
                 out.append([steps, topk, ndt, str(exc).splitlines()[0]])

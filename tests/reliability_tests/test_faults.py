@@ -48,6 +48,10 @@ FAULTS: list[tuple[str, dict[str, Any], str, str | None]] = [
     ("invalid draft tree",
      {"spec.mode": "EAGLE3", "spec.num_steps": 1, "spec.eagle_topk": 2,
       "spec.num_draft_tokens": 4}, "infeasible", None),
+    # ndt 3 < steps + 1 = 4: the tree's accepted path does not fit its block (SGLang 0.5.23)
+    ("draft tree short of its path",
+     {"spec.mode": "EAGLE3", "spec.num_steps": 3, "spec.eagle_topk": 2,
+      "spec.num_draft_tokens": 3}, "infeasible", "accepted path of 4 tokens"),
 ]  # fmt: skip
 HEALTHY_LAST = {"spec.mode": "EAGLE3", "spec.num_steps": 2, "spec.eagle_topk": 1}
 FAULT_IDS = [f[0] for f in FAULTS]
@@ -165,6 +169,7 @@ def test_fault_is_a_classified_fail_with_the_log_tail(fault_study: FaultStudy, i
     if reason == "infeasible":  # decided before launch: no server, no log
         assert row["command"] is None and not row["log_tail"]
         assert "not launched" in row["failure_detail"]
+        assert marker is None or marker in row["failure_detail"], row["failure_detail"]
         log = os.path.join(fault_study.out_dir, "logs", f"trial-{number:06d}.log")
         assert not os.path.exists(log)
         return

@@ -50,9 +50,11 @@ def test_sampler_never_proposes_an_impossible_tree(space) -> None:
             assert cand.spec.fits_tree, cand.spec
             seen.add((cand.spec.num_steps, cand.spec.eagle_topk, cand.spec.num_draft_tokens))
     assert (1, 2, 3) in seen and (2, 2, 7) not in seen  # 7 is not declared; 8 does not fit
+    assert not any(m > 1 and n < k + 1 for k, m, n in seen)  # short of the accepted path
     name, choices = space.ndt_param(2, 2)
-    assert name == "spec.num_draft_tokens.upto7" and choices == [2, 3, 4, 6]
-    assert space.ndt_param(3, 4) == ("spec.num_draft_tokens", [2, 3, 4, 6, 8])
+    assert name == "spec.num_draft_tokens.from3.upto7" and choices == [3, 4, 6]
+    assert space.ndt_param(3, 4) == ("spec.num_draft_tokens.from4", [4, 6, 8])
+    assert space.ndt_param(1, 2) == ("spec.num_draft_tokens.upto3", [2, 3])
 
 
 def test_speculative_numbers_go_together(space) -> None:
@@ -71,6 +73,12 @@ def test_impossible_tree_is_marked_not_fitting(space) -> None:
     # steps=2, topk=2 holds 2 + 4 = 6 nodes: 7 draft tokens fit, 8 do not.
     assert SpecSettings("EAGLE3", 2, 2, 7).fits_tree
     assert not SpecSettings("EAGLE3", 2, 2, 8).fits_tree
+    # A tree's budget holds its accepted path, steps + 1 tokens (SGLang 0.5.23's verify); a
+    # chain's is that path by construction.
+    assert SpecSettings("EAGLE3", 3, 2, 4).fits_tree
+    assert not SpecSettings("EAGLE3", 3, 2, 3).holds_path
+    assert not SpecSettings("EAGLE3", 3, 2, 3).fits_tree
+    assert SpecSettings("EAGLE3", 3, 1, 4).holds_path
 
 
 def test_params_round_trip(space) -> None:

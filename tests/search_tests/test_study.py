@@ -138,11 +138,12 @@ def test_grid_sampler_walks_a_tree_space_once_per_configuration(tmp_path) -> Non
             names.update(trial.params)
             assert trial.params == space.params_of(trial.candidate)
         handle.tell(trial, _result(trial.number, trial.candidate, 1.0))
-    # off 1, adaptive x overlap 2, topk 1: 3 steps x overlap 6, trees 1 + 2 + 3; x {unset, LL}
-    assert len(drawn) == len(set(drawn)) == space.size() == 30
+    # off 1, adaptive x overlap 2, topk 1: 3 steps x overlap 6, trees 1 + 1 + 2 (a budget
+    # within the tree's nodes and at least its accepted path, steps + 1); x {unset, LL}
+    assert len(drawn) == len(set(drawn)) == space.size() == 26
     assert all(c.spec is None or c.spec.fits_tree for c in drawn)
-    assert {"spec.num_draft_tokens.upto3", "spec.num_draft_tokens.upto7",
-            "spec.num_draft_tokens", "spec.overlap"} <= names  # fmt: skip
+    assert {"spec.num_draft_tokens.upto3", "spec.num_draft_tokens.from3.upto7",
+            "spec.num_draft_tokens.from4", "spec.overlap"} <= names  # fmt: skip
 
 
 def test_a_grid_without_conditional_parameters_is_optunas_own(tmp_path) -> None:

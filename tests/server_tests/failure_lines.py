@@ -43,6 +43,17 @@ LINES: dict[str, tuple[str, int, str]] = {
         1,
         "invalid_draft_tree",
     ),
+    # docs/landscapes.md: 5 steps, topk 2, 4 draft tokens on SGLang 0.5.23 (the tree verify's
+    # _compact_accept_to_front), at the warm-up's first verify.
+    "draft_tree_path": (
+        _TB + '  File "/sgl/python/sglang/srt/speculative/eagle_worker_common.py", line 543, in '
+        "_compact_accept_to_front\n"
+        "RuntimeError: The expanded size of the tensor (4) must match the existing size (6) at "
+        "non-singleton dimension 1.  Target sizes: [1, 4, 2048].  Tensor sizes: [1, 6, 2048]\n"
+        "[2026-11-29 12:00:03] Initialization failed. warmup error: Traceback ...\n",
+        1,
+        "invalid_draft_tree",
+    ),
     "nccl_init": (
         _TB + "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/"
         "c10d/ProcessGroupNCCL.cpp:3356, invalid usage (run with NCCL_DEBUG=WARN for details), "

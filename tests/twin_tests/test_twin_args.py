@@ -171,8 +171,13 @@ def test_automatic_params_and_attention_shift() -> None:
 
 def test_tree_budget_is_not_a_resolution_error() -> None:
     res = resolve(spec(2, 2, 16))
-    assert res.tree_error is not None
+    assert res.tree_error is not None and "selected index k out of range" in res.tree_error
     assert resolve(spec(2, 2, 7)).tree_error is None
+    # A budget short of the tree's accepted path (steps + 1): SGLang 0.5.23's verify error.
+    short = resolve(spec(5, 2, 4)).tree_error
+    assert short is not None and "expanded size of the tensor (4)" in short, short
+    assert "existing size (6)" in short
+    assert resolve(spec(5, 2, 6)).tree_error is None
 
 
 def test_sglang_env_writes() -> None:

@@ -29,6 +29,15 @@ _RULES: tuple[_Rule, ...] = (
     # docs/sglang.md, *Speculative rules*: tree budget exceeded, torch.topk fails at the first
     # speculative decode.
     _Rule(re.compile(r"selected index k out of range"), FailureReason.INVALID_DRAFT_TREE),
+    # A tree's budget short of its accepted path (steps + 1): 0.5.23's verify moves the path to
+    # the front of a block of num_draft_tokens (eagle_worker_common._compact_accept_to_front).
+    _Rule(
+        re.compile(
+            r"_compact_accept_to_front|The expanded size of the tensor \(\d+\) must match "
+            r"the existing size \(\d+\) at non-singleton dimension 1"
+        ),
+        FailureReason.INVALID_DRAFT_TREE,
+    ),
     # docs/twin-model.md, *NCCL variables* / NCCL src/enqueue.cc: nothing usable left in NCCL_ALGO
     # x NCCL_PROTO.
     _Rule(
