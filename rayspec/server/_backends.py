@@ -81,6 +81,13 @@ _BIND_ERROR = re.compile(r"error while attempting to bind on address .*")
 _BIND_SCAN_S = 1.0  # how often readiness looks for it in the log
 
 
+def _server_text(text: str) -> str:
+    """The log without rayspec's own lines (the launch line, the reaper's): what the server
+    said. The launch line quotes the argv, and a value in it (a path, a flag's text) must not
+    read as the server's error."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith("[rayspec"))
+
+
 def _last_lines(text: str, n: int) -> str:
     lines = [ln for ln in text.splitlines() if not _PROBE_LINE.search(ln)]
     return "\n".join(lines[-n:]) if n > 0 else ""
@@ -314,7 +321,7 @@ class _ProcessBackend(BaseServerBackend):
         """Fail at once when the server logged that it cannot listen (a stranger took the
         port after rayspec checked it was free): the server would never become ready."""
         text = read_log_tail(self.log_path, 64 * 1024)
-        found = _BIND_ERROR.search(text)
+        found = _BIND_ERROR.search(_server_text(text))
         if found is None:
             return
         raise LaunchError(
@@ -338,7 +345,7 @@ class _ProcessBackend(BaseServerBackend):
     def _exited_error(self, phase: Phase) -> ServerExited:
         returncode = self._exit_status()
         text = read_log_tail(self.log_path)
-        reason = self.engine_object.classify_failure(text, returncode, phase)
+        reason = self.engine_object.classify_failure(_server_text(text), returncode, phase)
         when = "while serving" if phase is Phase.SERVING else "before it became ready"
         last = next(
             (
@@ -358,7 +365,7 @@ class _ProcessBackend(BaseServerBackend):
 
     def _timeout_error(self, timeout_s: float) -> ServerStartTimeout:
         text = read_log_tail(self.log_path)
-        reason = self.engine_object.classify_failure(text, None, Phase.TIMEOUT)
+        reason = self.engine_object.classify_failure(_server_text(text), None, Phase.TIMEOUT)
         return ServerStartTimeout(
             f"{self.engine} server not ready within {timeout_s:g} s ({reason.value})",
             reason=reason,

@@ -89,6 +89,7 @@ def main() -> None:
     ap.add_argument("--flush-busy", type=int, default=0, help="answer 400 to this many flushes")
     ap.add_argument("--print-env", default="", help="comma-separated names to report")
     ap.add_argument("--say", default="", help="a log line to print at startup")
+    ap.add_argument("--note", default="", help="ignored: text only the launch line carries")
     args = ap.parse_args()
 
     if args.ignore_sigterm:

@@ -108,6 +108,18 @@ def test_a_taken_port_fails_readiness_at_once(make_launch) -> None:
     assert wait_gone(pids) == []
 
 
+def test_the_launch_line_is_not_read_as_the_servers_words(make_launch) -> None:
+    # rayspec's own "[rayspec] launch:" line quotes the argv: a value carrying a bind error's
+    # text (here an ignored argument) is not the server's. Found under load: the bind scan read
+    # the quoted --say argument before the fake server had printed it.
+    with SGLangBackend(grace_s=1.0) as backend:
+        backend.start(make_launch("--never-ready", "--note", BIND_ERROR, timeout_s=3.0))
+        with pytest.raises(ServerStartTimeout) as err:
+            backend.wait_ready(poll_s=0.1)
+        assert "cannot listen" not in str(err.value)
+        assert "[rayspec] launch:" in err.value.log_tail  # the launch line is still shown
+
+
 def test_crash_while_serving(make_launch, tmp_path) -> None:
     trigger = tmp_path / "crash-now"
     with SGLangBackend(grace_s=1.0) as backend:

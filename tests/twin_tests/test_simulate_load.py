@@ -86,7 +86,8 @@ def test_each_load_is_served_in_process_as_the_http_twin_serves_it(tmp_path) -> 
     as one prefill; over HTTP they may arrive around a prefill and be admitted in k batches
     (counted in the twin's ``Prefill batch`` lines). With one batch the two agree to the float
     (noise off, the same draws per request index); with k batches the HTTP requests wait at
-    most k - 1 more whole-wave prefills.
+    most k - 1 more whole-wave prefills, and a request of an earlier, smaller batch may start
+    up to one whole-wave prefill sooner.
     """
     cfg = load_config(TWIN_EXPERIMENT, [f"server.twin.profile={_quiet_profile(str(tmp_path))}"])
     cand = Candidate(nccl_env=LL_SYS, spec=SpecSettings("EAGLE3", 2, 1, 3))
@@ -117,9 +118,13 @@ def test_each_load_is_served_in_process_as_the_http_twin_serves_it(tmp_path) -> 
                 if batches == 1:
                     assert got == pytest.approx(want, rel=1e-9), seen
                 else:
-                    extra = (batches - 1) * sim.model.prefill_ms(sum(sizes))
-                    assert got[0] <= want[0] + 1e-6 <= got[0] + extra + 1e-6, seen
-                    assert got[1] <= want[1] + 1e-6 <= got[1] + extra + 1e-6, seen
+                    # A request of an earlier, smaller batch gets its first token sooner
+                    # than the whole wave's prefill would give it (seen under load: the wave
+                    # split 2 ways, the mean TTFT 0.4 ms below), by at most that prefill.
+                    whole = sim.model.prefill_ms(sum(sizes))
+                    extra = (batches - 1) * whole
+                    for i in (0, 1):  # e2e, TTFT
+                        assert got[i] - whole <= want[i] + 1e-6 <= got[i] + extra + 1e-6, seen
                     assert got[2] == pytest.approx(want[2], rel=0.05), seen
                 itl_at[c] = got[2]
     assert itl_at[1] < itl_at[8] < itl_at[32]  # one decode step per load: the batch model's
