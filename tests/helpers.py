@@ -14,7 +14,9 @@ from typing import Any
 
 import yaml
 
-from rayspec.testing._twin import free_port_block  # noqa: F401  (tests import it from here)
+# The tests' one home of a free port (the OS's pick, never a fixed one): import them from here.
+from rayspec.testing._twin import free_port  # noqa: F401
+from rayspec.testing._twin import free_port_block  # noqa: F401
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

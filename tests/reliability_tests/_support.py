@@ -9,7 +9,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -82,13 +81,6 @@ def experiment(
         "output": {"dir": out_dir},
     }
     return write_experiment(out_dir, doc, name=f"{name}.yaml")
-
-
-def free_port() -> int:
-    """A port nothing listens on now (several test sessions may share this machine)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- processes ------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -13,14 +12,9 @@ import pytest
 
 from rayspec._types import LaunchSpec
 from rayspec.server._process import pids_alive
+from tests.helpers import free_port
 
 FAKE_SERVER = str(Path(__file__).with_name("fake_server.py"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fake_pids(log_path: str) -> dict[str, int]:
