@@ -2,19 +2,41 @@
 
 from __future__ import annotations
 
+import os
 import re
+import select
 import sys
 import time
 from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from rayspec._types import LaunchSpec
-from rayspec.server._process import pids_alive
+from rayspec.server._process import ProcessInfo
+from rayspec.server._process import _open_reaper
+from rayspec.server._process import _stat
 from tests.helpers import free_port
 
 FAKE_SERVER = str(Path(__file__).with_name("fake_server.py"))
+
+
+def pids_alive(pids: Iterable[int]) -> list[int]:
+    """The pids of ``pids`` that still exist as non-zombie processes."""
+    return [pid for pid in pids if (st := _stat(pid)) is not None and st[0] not in ("Z", "X")]
+
+
+def wait_reaper(info: ProcessInfo, timeout_s: float) -> bool:
+    """Wait until the reaper has exited (then the whole tree is gone); True if it has, or if
+    the pid is no longer our reaper (a stranger reused it)."""
+    fd = _open_reaper(info)
+    if fd is None:
+        return True
+    try:
+        return bool(select.select([fd], [], [], max(timeout_s, 0.0))[0])
+    finally:
+        os.close(fd)
 
 
 def fake_pids(log_path: str) -> dict[str, int]:

@@ -9,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import pids_alive
+
 from rayspec._types import LaunchSpec
 from rayspec.server._logparse import parse_exit_status
-from rayspec.server._process import pids_alive
 from rayspec.server._process import process_tree
 from rayspec.server._process import start_process
 from rayspec.server._process import stop_process
