@@ -22,6 +22,7 @@ import yaml
 
 if TYPE_CHECKING:
     from rayspec._config import ExperimentConfig
+    from rayspec.twin._profile import Profile
 
 # The tests' one home of a free port (the OS's pick, never a fixed one): import them from here.
 from rayspec.testing._twin import free_port  # noqa: F401
@@ -82,6 +83,13 @@ def cached_config(
     if out is not None:
         cfg.output = dataclasses.replace(cfg.output, dir=os.fspath(out))
     return cfg
+
+
+def without_noise(profile: Profile) -> Profile:
+    """The twin's ``profile`` with every noise sigma at 0 (a deterministic model)."""
+    from rayspec.twin._profile import NoiseProfile
+
+    return dataclasses.replace(profile, noise=NoiseProfile.off())
 
 
 def write_experiment(folder: str, doc: dict[str, Any], name: str = "exp.yaml") -> str:

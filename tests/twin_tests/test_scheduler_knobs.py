@@ -15,6 +15,7 @@ from rayspec.twin._simulate import LoadAsk
 from rayspec.twin._simulate import SimulatedServer
 from tests.helpers import TWIN_EXPERIMENT
 from tests.helpers import cached_config
+from tests.helpers import without_noise
 
 CHAIN = SpecSettings("EAGLE3", 2, 1, 3)
 
@@ -24,7 +25,7 @@ def _serve(knobs: dict[str, int], asks: list[LoadAsk], concurrency: int, spec=CH
     cand = Candidate(spec=spec, scheduler=tuple(sorted(knobs.items())))
     launch = build_launch(cfg, cand, port=1, log_path="-", trial=1)
     args = list(launch.argv[3:])
-    profile = load_profile(cfg.server.twin.profile).without_noise()
+    profile = without_noise(load_profile(cfg.server.twin.profile))
     return SimulatedServer(args, dict(launch.env), profile).serve(asks, concurrency)
 
 
