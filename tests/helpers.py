@@ -12,6 +12,7 @@ import importlib.util
 import os
 import sys
 import threading
+from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Sequence
 from types import ModuleType
@@ -83,6 +84,20 @@ def cached_config(
     if out is not None:
         cfg.output = dataclasses.replace(cfg.output, dir=os.fspath(out))
     return cfg
+
+
+def pids_alive(pids: Iterable[int]) -> list[int]:
+    """The pids of ``pids`` that still exist as non-zombie processes (read from /proc)."""
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2] not in "ZX":  # the state follows the command's name
+            alive.append(pid)
+    return alive
 
 
 def without_noise(profile: Profile) -> Profile:

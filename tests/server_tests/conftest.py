@@ -8,7 +8,6 @@ import select
 import sys
 import time
 from collections.abc import Callable
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -16,15 +15,10 @@ import pytest
 from rayspec._types import LaunchSpec
 from rayspec.server._process import ProcessInfo
 from rayspec.server._process import _open_reaper
-from rayspec.server._process import _stat
 from tests.helpers import free_port
+from tests.helpers import pids_alive
 
 FAKE_SERVER = str(Path(__file__).with_name("fake_server.py"))
-
-
-def pids_alive(pids: Iterable[int]) -> list[int]:
-    """The pids of ``pids`` that still exist as non-zombie processes."""
-    return [pid for pid in pids if (st := _stat(pid)) is not None and st[0] not in ("Z", "X")]
 
 
 def wait_reaper(info: ProcessInfo, timeout_s: float) -> bool:
