@@ -210,16 +210,19 @@ def load_config(path: str, overrides: list[str] | tuple[str, ...] = ()) -> Exper
     source = path
     where = path
     try:
+        # One copy of the schema, every layer merged into it in place: OmegaConf.merge would
+        # deep-copy the whole config again for each section and override (most of a load's
+        # time). unsafe_merge copies nothing; each layer is a node made here and used once.
         merged = _schema()
         for name, layer in layers:
             source = name  # named in the error if this layer does not fit the schema
             for section, body in layer.items():  # one section at a time: named if it fails
                 where = f"{name}: {section}"
-                merged = OmegaConf.merge(merged, OmegaConf.create({section: body}))
+                OmegaConf.unsafe_merge(merged, OmegaConf.create({section: body}))
         source = "override"
         for item in dotlist:
             where = f"override {item.partition('=')[0]}"
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([item]))
+            OmegaConf.unsafe_merge(merged, OmegaConf.from_dotlist([item]))
         where = source = path
         OmegaConf.resolve(merged)
         missing = sorted(OmegaConf.missing_keys(merged))

@@ -196,14 +196,6 @@ class LaunchSpec:
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
 
-    def with_port(self, port: int) -> LaunchSpec:
-        """The same launch on another port (argv's ``--port`` value is rewritten too)."""
-        argv = list(self.argv)
-        for i, arg in enumerate(argv[:-1]):
-            if arg == "--port":
-                argv[i + 1] = str(port)
-        return dataclasses.replace(self, argv=tuple(argv), port=port)
-
 
 @dataclasses.dataclass(frozen=True)
 class RequestRecord:

@@ -45,7 +45,7 @@ def _work_unit(nodeid: str) -> str:
 # clusters or studies: these folders, tests using these fixtures, and test modules that import
 # a starter (a study, a CLI run, a server or a subprocess).
 SLOW_FOLDERS = ("tests/real_sglang/", "tests/contract_tests/", "tests/chaos_tests/",
-                "tests/reliability_tests/", "tests/integrity_tests/")  # fmt: skip
+                "tests/reliability_tests/")  # fmt: skip
 SLOW_FIXTURES = frozenset({"ray_cluster", "sglang_python", "start_twin", "study", "fake_server"})
 STARTERS = frozenset({
     "run_study", "subprocess", "TwinProcess", "SGLangBackend", "TwinBackend", "SimulatedTrials",

@@ -1,20 +1,33 @@
-"""Small helpers shared by tests: writing experiment files."""
+"""Small helpers shared by tests: writing experiment files, the experiments of experiments/
+read once per session, free ports."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
+import functools
 import http.server
 import importlib.util
 import os
 import sys
 import threading
+from collections.abc import Iterable
 from collections.abc import Iterator
+from collections.abc import Sequence
 from types import ModuleType
+from typing import TYPE_CHECKING
 from typing import Any
 
 import yaml
 
-from rayspec.testing._twin import free_port_block  # noqa: F401  (tests import it from here)
+if TYPE_CHECKING:
+    from rayspec._config import ExperimentConfig
+    from rayspec.twin._profile import Profile
+
+# The tests' one home of a free port (the OS's pick, never a fixed one): import them from here.
+from rayspec.testing._twin import free_port  # noqa: F401
+from rayspec.testing._twin import free_port_block  # noqa: F401
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,6 +52,59 @@ README_HOMES = (
     "docs/twin-model.md", "CONTRIBUTING.md", "CHANGELOG.md", "benchmarks/results/README.md",
 )  # fmt: skip
 FIELD_EXPERIMENT = os.path.join(REPO, "experiments", "eagle3.yaml")
+
+
+@functools.cache
+def _parsed(path: str, overrides: tuple[str, ...]) -> ExperimentConfig:
+    from rayspec._config import load_config
+
+    return load_config(path, overrides)
+
+
+def cached_config(
+    path: str = TWIN_EXPERIMENT,
+    overrides: Sequence[str] = (),
+    *,
+    out: str | os.PathLike[str] | None = None,
+) -> ExperimentConfig:
+    """``load_config(path, overrides)``, parsed once per session (a load is ~50-100 ms): each
+    call returns a deep copy of that parse, since the config's dataclasses are mutable and no
+    test may see another's changes. ``out`` sets ``output.dir`` on the copy, as the override
+    ``output.dir=<out>`` would (that key is only checked for control characters), so every
+    ``tmp_path`` shares one parse.
+
+    Only for the files of experiments/ (and clusters/ files as overrides): files no test
+    writes. A file a test writes, or an override that reads the environment
+    (``${oc.env:...}``, resolved once), goes through ``load_config``; so does a refusal, which
+    is never cached.
+    """
+    if os.path.dirname(os.path.abspath(path)) != os.path.join(REPO, "experiments"):
+        raise ValueError(f"{path}: cached_config reads only experiments/ (use load_config)")
+    cfg = copy.deepcopy(_parsed(path, tuple(overrides)))
+    if out is not None:
+        cfg.output = dataclasses.replace(cfg.output, dir=os.fspath(out))
+    return cfg
+
+
+def pids_alive(pids: Iterable[int]) -> list[int]:
+    """The pids of ``pids`` that still exist as non-zombie processes (read from /proc)."""
+    alive = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2] not in "ZX":  # the state follows the command's name
+            alive.append(pid)
+    return alive
+
+
+def without_noise(profile: Profile) -> Profile:
+    """The twin's ``profile`` with every noise sigma at 0 (a deterministic model)."""
+    from rayspec.twin._profile import NoiseProfile
+
+    return dataclasses.replace(profile, noise=NoiseProfile.off())
 
 
 def write_experiment(folder: str, doc: dict[str, Any], name: str = "exp.yaml") -> str:

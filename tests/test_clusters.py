@@ -19,10 +19,10 @@ import yaml
 
 from rayspec._config import OutputConfig
 from rayspec._config import ServerConfig
-from rayspec._config import load_config
 from rayspec.engines.sglang import CONTRACT_PINNED_VERSIONS
 from tests.helpers import REPO
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 
 CLUSTERS = os.path.join(REPO, "clusters")
 MANIFEST = os.path.join(CLUSTERS, "kuberay", "rayspec-raycluster.yaml")
@@ -44,7 +44,7 @@ def _read(path: str) -> str:
 
 @pytest.mark.parametrize("name", ["local.yaml", "onprem-8gpu.yaml", "kuberay.yaml"])
 def test_each_cluster_file_merges_over_an_experiment(name: str) -> None:
-    cfg = load_config(TWIN_EXPERIMENT, [os.path.join(CLUSTERS, name)])
+    cfg = cached_config(TWIN_EXPERIMENT, [os.path.join(CLUSTERS, name)])
     assert cfg.cluster.address == ("" if name == "local.yaml" else "auto")
 
 
@@ -168,7 +168,7 @@ def kuberay_ray_start(cluster: dict[str, Any], group: dict[str, Any], head: bool
 def test_each_pod_starts_ray_as_the_study_needs() -> None:
     from ray.scripts.scripts import start  # Ray's own `ray start` parser
 
-    cfg = load_config(TWIN_EXPERIMENT, [os.path.join(CLUSTERS, "kuberay.yaml")])
+    cfg = cached_config(TWIN_EXPERIMENT, [os.path.join(CLUSTERS, "kuberay.yaml")])
     doc = _load(MANIFEST)
     head_group = doc["spec"]["headGroupSpec"]
     for group in [head_group, *doc["spec"]["workerGroupSpecs"]]:
@@ -311,7 +311,7 @@ def test_each_node_starts_ray_as_the_study_needs() -> None:
     from ray.scripts.scripts import start  # Ray's own `ray start` parser
 
     doc = _launcher()
-    cfg = load_config(TWIN_EXPERIMENT, [os.path.join(CLUSTERS, "onprem-8gpu.yaml")])
+    cfg = cached_config(TWIN_EXPERIMENT, [os.path.join(CLUSTERS, "onprem-8gpu.yaml")])
     *_, head_cmd = doc["head_start_ray_commands"]
     *_, worker_cmd = doc["worker_start_ray_commands"]
     head_env, head_argv = _env_and_argv(head_cmd)

@@ -11,6 +11,7 @@ import pytest
 from rayspec._types import Candidate
 from rayspec.twin import load_profile
 from tests.helpers import load_benchmark
+from tests.helpers import without_noise
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_noise_scaling_goes_through_a_derived_profile(bench: ModuleType, tmp_pat
     start = load_profile(bench.noisy_profile("kimi-k2.5-tp8-pcie", 3.0, 1.0, str(tmp_path)))
     assert start.noise.sigma_start == pytest.approx(3 * base.noise.sigma_start)
     assert start.noise.sigma_accept == base.noise.sigma_accept
-    assert start.without_noise() == base.without_noise()  # same name, same model
+    assert without_noise(start) == without_noise(base)  # same name, same model
     both = load_profile(bench.noisy_profile("kimi-k2.5-tp8-pcie", 3.0, 2.0, str(tmp_path)))
     assert both.noise.sigma_start == pytest.approx(6 * base.noise.sigma_start)
     assert both.noise.sigma_time == pytest.approx(2 * base.noise.sigma_time)
@@ -118,7 +119,7 @@ def test_the_ladder_truth_is_what_a_noise_free_run_at_each_load_measures(
     ll = (("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL"))
     chain = Candidate(nccl_env=ll, spec=SpecSettings("EAGLE3", 2, 1, 3))
     assert bench.true_tok_s_at(case, chain, 1) == bench.true_tok_s(cfg, chain)
-    profile = load_profile(cfg.server.twin.profile).without_noise()
+    profile = without_noise(load_profile(cfg.server.twin.profile))
     for cand in (Candidate(nccl_env=ll), chain):
         launch = build_launch(cfg, cand, port=0, log_path=os.devnull, trial=1)
         server = SimulatedServer(launch.argv[3:], dict(launch.env), profile)
@@ -162,7 +163,7 @@ def test_the_goodput_truth_is_the_noise_free_latency_at_the_load(bench: ModuleTy
     ll = (("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL"))
     best = Candidate(nccl_env=ll)
     chain = Candidate(nccl_env=ll, spec=SpecSettings("EAGLE3", 2, 1, 3))
-    profile = load_profile(cfg.server.twin.profile).without_noise()
+    profile = without_noise(load_profile(cfg.server.twin.profile))
     sc = Scenario(name=f"c{load}", concurrency=load, requests_per_run=load, max_tokens=200)
     asks = [request_input(sc, 0, i) for i in range(load)]
     for cand in (best, chain):
@@ -205,7 +206,7 @@ def test_a_plans_truth_is_its_tier_chain_plus_adaptive_cost_and_what_a_run_measu
     plan = Plan(((1, (2,)), (8, (0,))), ll, "EAGLE3", 2)
     off = bench.true_tok_s_at(case, Candidate(nccl_env=ll), 8)
     assert 0.98 * off < bench.true_plan_at(case, plan, 8) < off  # adaptive costs, a little
-    profile = load_profile(cfg.server.twin.profile).without_noise()
+    profile = without_noise(load_profile(cfg.server.twin.profile))
     launch = build_launch(cfg, plan.candidate(), port=0, log_path=os.devnull, trial=1)
     started = with_files(launch, str(tmp_path))
     server = SimulatedServer(started.argv[3:], dict(started.env), profile)
@@ -246,7 +247,7 @@ def test_the_mixed_truth_is_the_mix_of_categories_a_noise_free_run_measures(
 
     def measured(case: str, cand: Candidate, load: int) -> float:
         cfg = bench.truth_config(case)
-        profile = load_profile(cfg.server.twin.profile).without_noise()
+        profile = without_noise(load_profile(cfg.server.twin.profile))
         launch = build_launch(cfg, cand, port=0, log_path=os.devnull, trial=1)
         server = SimulatedServer(launch.argv[3:], dict(launch.env), profile)
         sc = next(s for s in bench.bench_plan(cfg).scenarios if s.name == f"c{load}")

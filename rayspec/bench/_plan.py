@@ -182,9 +182,3 @@ class BenchPlan:
             raise ConfigError(
                 f"BenchPlan.cpu_warn_fraction={self.cpu_warn_fraction!r}: expected (0, 1]"
             )
-
-    @classmethod
-    def field_protocol(cls, **overrides: object) -> BenchPlan:
-        """The protocol of the field measurements: 1 warm-up, 5 runs, 1 request of 500 tokens."""
-        base = cls(scenarios=(Scenario(name="c1", concurrency=1, max_tokens=500),))
-        return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]

@@ -102,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _free_port() -> int:
+    # Its own (rayspec.testing's free_port is the tests' one): this program imports nothing
+    # of rayspec, under an interpreter that may not have it.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

@@ -117,13 +117,6 @@ class ScreenReport:
     def _lookup(self) -> dict[Env, NcclClass]:
         return {m: c for c in self.classes for m in c.members}
 
-    @functools.cached_property
-    def _by_env(self) -> dict[Env, ScreenResult]:
-        return {r.env: r for r in self.results}
-
-    def result_of(self, env: Env) -> ScreenResult | None:
-        return self._by_env.get(env)
-
     def class_of(self, env: Env) -> NcclClass | None:
         """The class ``env`` belongs to (None: not screened, or it failed)."""
         return self._lookup.get(env)

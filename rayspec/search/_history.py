@@ -58,11 +58,6 @@ FLOOR_CONFIDENCE_ONE_START = 0.999  # ... only with this confidence
 # whole between-start noise) does not displace a configuration started twice as close.
 PICK_Z = 1.0
 _UNMEASURED = 3.0  # before any repeated start, one start is judged at this many times its sd
-# Contenders: points within this (log) distance of the best mean; their true spread is never
-# assumed below _MIN_CONTENDER_SD, so shrinkage corrects the winner's curse without erasing
-# differences the data show.
-_CONTENDER_SPAN = 0.03
-_MIN_CONTENDER_SD = 0.004
 # The surface is fitted to the speculative points of one NCCL set within this (log) distance
 # of their best, once there are at least this many.
 _SURFACE_SPAN = 0.10
@@ -144,36 +139,6 @@ class Point:
     complete: bool  # at least one start ran every planned run (not only pruned ones)
     lattice: Lattice = ((), ())  # the surface it lies on: (NCCL class, flags)
     feasible: bool = True  # every start of it met study.slo (one miss: it may miss in service)
-
-
-def _shrink_contenders(points: dict[str, Point]) -> dict[str, Point]:
-    """Pull the contenders' log means towards their common level, each by its own uncertainty.
-
-    The contenders are the points within ``_CONTENDER_SPAN`` of the best mean. Near the top
-    the true differences are small and the measured ones are mostly noise, so the best single
-    start is usually lucky (the winner's curse); an empirical-Bayes prior fitted to the
-    contenders (their spread beyond noise) shrinks a point measured once more than a point
-    measured several times. Points far below the top are left as they are.
-    """
-    if len(points) < 3:
-        return points
-    top = max(p.estimate.log_mean for p in points.values())
-    group = [p for p in points.values() if p.estimate.log_mean >= top - _CONTENDER_SPAN]
-    if len(group) < 3:
-        return points
-    weights = [1.0 / p.estimate.sd**2 for p in group]
-    m0 = sum(w * p.estimate.log_mean for w, p in zip(weights, group, strict=True)) / sum(weights)
-    spread = sum((p.estimate.log_mean - m0) ** 2 for p in group) / (len(group) - 1)
-    noise = sum(p.estimate.sd**2 for p in group) / len(group)
-    tau2 = max(spread - noise, _MIN_CONTENDER_SD**2)
-    out = dict(points)
-    for p in group:
-        e = p.estimate
-        w = tau2 / (tau2 + e.sd**2)
-        shrunk = Estimate(math.exp(m0 + w * (e.log_mean - m0)), math.sqrt(w) * e.sd,
-                          e.starts, e.runs, e.within)  # fmt: skip
-        out[p.key] = dataclasses.replace(p, estimate=shrunk, lattice=((), ()))
-    return out
 
 
 def _fit_surfaces(
@@ -404,7 +369,6 @@ def weigh(
     observations: Iterable[Observation],
     *,
     start_noise: float = 0.01,
-    smooth: bool = True,
     equivalent: Equivalence | None = None,
 ) -> Evidence:
     """Every measured configuration's posterior, with the noise that is really there.
@@ -412,9 +376,6 @@ def weigh(
     Args:
         observations: the finished trials.
         start_noise: the prior between-start relative sd (``study.start_noise``).
-        smooth: pool neighbouring speculative settings through a fitted surface (the default);
-            False judges each configuration by its own starts only (with a mild shrinkage of
-            the contenders towards each other).
         equivalent: maps an NCCL set to the set standing for its class (the NCCL screen's):
             configurations that differ only by equivalent NCCL sets are one point, their
             starts pooled. The point keeps the first measured configuration as its candidate
@@ -451,8 +412,6 @@ def weigh(
         lattice = (same(cand.nccl_env), cand.server_settings)
         points[key] = Point(key, cand, est, tuple(trials), floor, complete, lattice,
                             feasible=key not in infeasible)  # fmt: skip
-    if not smooth:
-        return Evidence(_shrink_contenders(points), noise, {}, same)
     surfaces = _fit_surfaces(points, groups, noise)
     splits = functools.partial(_fit_splits, surfaces, points, groups, accept, noise)
     return Evidence(_smooth(points, surfaces), noise, surfaces, same, splits)

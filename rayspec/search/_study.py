@@ -364,7 +364,7 @@ class StudyHandle:
         resume would run after the enqueued trials queued behind the original, and those would
         meet a correctness gate with no reference. This pops it as ``Study.ask`` pops a queued
         trial (the storage's RUNNING transition, then ``optuna.Trial``);
-        ``tests/integrity_tests/test_baseline_role.py`` pins that against the installed Optuna.
+        ``tests/reliability_tests/test_baseline_role.py`` pins that against the installed Optuna.
         """
         waiting = self._study.get_trials(deepcopy=False, states=(OptunaState.WAITING,))
         first = next((t for t in waiting if t.user_attrs.get(ATTR_ROLE) == "baseline"), None)

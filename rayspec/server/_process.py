@@ -30,7 +30,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -279,16 +278,6 @@ def process_tree(pid: int) -> list[int]:
     return [pid, *_reaper.descendants(pid)]
 
 
-def pids_alive(pids: Iterable[int]) -> list[int]:
-    """The pids of ``pids`` that still exist as non-zombie processes."""
-    alive = []
-    for pid in pids:
-        st = _stat(pid)
-        if st is not None and st[0] not in ("Z", "X"):
-            alive.append(pid)
-    return alive
-
-
 def _open_reaper(info: ProcessInfo) -> int | None:
     """A pidfd on the reaper, or None if it is gone.
 
@@ -308,17 +297,6 @@ def _open_reaper(info: ProcessInfo) -> int | None:
         return fd
     os.close(fd)
     return None
-
-
-def wait_reaper(info: ProcessInfo, timeout_s: float) -> bool:
-    """Wait until the reaper has exited (then the whole tree is gone); True if it has."""
-    fd = _open_reaper(info)
-    if fd is None:
-        return True
-    try:
-        return bool(select.select([fd], [], [], max(timeout_s, 0.0))[0])
-    finally:
-        os.close(fd)
 
 
 def stop_process(info: ProcessInfo, timeout_s: float = 20.0) -> bool:

@@ -326,16 +326,6 @@ class Profile:
     noise: NoiseProfile
     uncalibrated: UncalibratedProfile
 
-    def without_noise(self) -> Profile:
-        """The same profile with every noise sigma at 0 (for deterministic evaluation)."""
-        return dataclasses.replace(self, noise=NoiseProfile.off())
-
-    def with_acceptance(self, acceptance: AcceptanceProfile) -> Profile:
-        """The same profile with another drafter acceptance shape."""
-        return dataclasses.replace(
-            self, drafter=dataclasses.replace(self.drafter, acceptance=acceptance)
-        )
-
 
 # --------------------------------------------------------------------------------------------
 # Loading

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
 
 from rayspec.testing._fake_server import FakeBehaviour
 from rayspec.testing._fake_server import FakeSGLangServer
+from tests.helpers import free_port
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +27,4 @@ def fake_server(_fake_server_session: FakeSGLangServer) -> FakeSGLangServer:
 @pytest.fixture()
 def closed_port_url() -> str:
     """A 127.0.0.1 URL with nothing listening."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"

@@ -16,9 +16,9 @@ from rayspec.bench import load_prompts
 from rayspec.bench import request_input
 
 
-def test_field_protocol_defaults() -> None:
-    plan = BenchPlan.field_protocol()
-    assert plan == BenchPlan()
+def test_the_defaults_are_the_field_protocol() -> None:
+    """The field measurements' protocol: 1 warm-up, 5 runs, 1 request of 500 tokens."""
+    plan = BenchPlan()
     (s,) = plan.scenarios
     assert (plan.warmup, plan.repeats, s.concurrency, s.requests_per_run, s.max_tokens) == (
         1,
@@ -28,7 +28,6 @@ def test_field_protocol_defaults() -> None:
         500,
     )
     assert plan.endpoint == "generate" and plan.temperature == 0.0 and plan.flush_cache
-    assert BenchPlan.field_protocol(repeats=8).repeats == 8
 
 
 @pytest.mark.parametrize(

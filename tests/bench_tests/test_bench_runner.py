@@ -47,7 +47,7 @@ def test_field_protocol_shape(fake_server: FakeSGLangServer) -> None:
     fake_server.set_behaviour(
         FakeBehaviour(ttft_s=0.005, gap_s=0.002, pattern=(2, 1), flush_busy=2)
     )
-    plan = BenchPlan.field_protocol(scenarios=(Scenario("c1", max_tokens=30),), repeats=3)
+    plan = BenchPlan(scenarios=(Scenario("c1", max_tokens=30),), repeats=3)
     seen: list[RunReport] = []
     result = run_benchmark_detailed(fake_server.base_url, plan, on_run_done=seen.append)
     assert result.stopped == ""

@@ -20,10 +20,10 @@ from rayspec._config import load_config
 from tests.chaos_tests._chaos import SEED_ENV
 from tests.chaos_tests._chaos import Invariants
 from tests.chaos_tests._chaos import base_seed
+from tests.helpers import free_port
 from tests.reliability_tests._support import Driver
 from tests.reliability_tests._support import descendants
 from tests.reliability_tests._support import experiment
-from tests.reliability_tests._support import free_port
 from tests.reliability_tests._support import kill_leftovers
 from tests.reliability_tests._support import processes_with
 from tests.reliability_tests._support import wait_no_processes

@@ -25,6 +25,7 @@ from rayspec.engines import engine_named
 from rayspec.server import build_launch
 from tests.helpers import FIELD_EXPERIMENT
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 
 PATHS = ["server.model_path=/models/target", "server.draft_model_path=/models/draft"]
 
@@ -90,7 +91,7 @@ def test_every_flag_table_is_one_the_config_refuses() -> None:
 
 
 def test_the_launch_runs_the_engines_module(monkeypatch, tmp_path) -> None:
-    cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
+    cfg = cached_config(TWIN_EXPERIMENT, out=tmp_path)
     assert build_launch(cfg, Candidate(), port=1, log_path="-").argv[1:3] == (
         "-m",
         "rayspec.twin.server",

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from rayspec.server._process import pids_alive
+from tests.helpers import pids_alive
 from tests.real_sglang._models import TinyModels
 from tests.real_sglang._server import RealServer
 

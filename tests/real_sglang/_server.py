@@ -19,9 +19,9 @@ from pathlib import Path
 
 import httpx
 
-from rayspec.server._process import pids_alive
 from rayspec.server._process import process_tree
-from rayspec.testing._twin import free_port
+from tests.helpers import free_port
+from tests.helpers import pids_alive
 
 SITE = Path(__file__).with_name("_site")
 # The ready wait is counted in the CPU seconds the server's processes spent, not in wall

@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 import yaml
 
 from rayspec.server import _reaper
-from rayspec.server._process import pids_alive
 from rayspec.server._process import process_tree
+from tests.helpers import pids_alive
 from tests.real_sglang._server import CPU_SERVER_FLAGS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rayspec.server._process import pids_alive
+from tests.helpers import pids_alive
 from tests.real_sglang._models import TinyModels
 from tests.real_sglang._runs import MAX_NEW_TOKENS
 from tests.real_sglang._runs import PROMPTS

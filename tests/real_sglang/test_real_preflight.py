@@ -16,7 +16,6 @@ from rayspec._config import load_config
 from rayspec._exceptions import ConfigError
 from rayspec.engines.sglang._eagle import captured_layers as _captured
 from rayspec.engines.sglang._eagle import default_captured_layers as _default_captured
-from rayspec.testing._twin import free_port_block
 from rayspec.tune._node import InstalledSGLang
 from rayspec.tune._node import NodeProbes
 from rayspec.tune._node import check_aux_layers
@@ -25,6 +24,7 @@ from rayspec.tune._node import default_probes
 from rayspec.tune._node import probe_sglang
 from rayspec.tune._node import read_model
 from rayspec.tune._preflight import preflight
+from tests.helpers import free_port_block
 from tests.real_sglang import _study as st
 from tests.real_sglang._models import TinyModels
 from tests.real_sglang._server import scaffold_env

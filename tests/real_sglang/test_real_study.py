@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rayspec.testing._twin import free_port_block
+from tests.helpers import free_port_block
 from tests.real_sglang import _study as st
 from tests.real_sglang._models import TinyModels
 from tests.real_sglang._server import scaffold_env

@@ -1,22 +1,30 @@
-"""Helpers for the reliability tests: experiments on the twin, /proc scans, a driver subprocess.
+"""Helpers for the reliability tests: experiments on the twin, /proc scans, a driver subprocess;
+small twin studies run in-process on the twin's model (:class:`rayspec.testing.SimulatedTrials`,
+no Ray), and the invariants of a study folder.
 
 Everything here polls with a bounded deadline; nothing measures time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from typing import Any
 
+import pyarrow.parquet as pq
+
+from rayspec._config import ExperimentConfig
+from rayspec._config import load_config
 from tests.helpers import REPO
+from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import free_port_block
 from tests.helpers import write_experiment
 
 SUBPROCESS_ENV = {
@@ -82,13 +90,6 @@ def experiment(
         "output": {"dir": out_dir},
     }
     return write_experiment(out_dir, doc, name=f"{name}.yaml")
-
-
-def free_port() -> int:
-    """A port nothing listens on now (several test sessions may share this machine)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # -- processes ------------------------------------------------------------------------------
@@ -251,3 +252,46 @@ class Driver:
 
     def output(self) -> str:
         return "\n".join(self.lines[-80:])
+
+
+# -- in-process studies and the folder's invariants -------------------------------------------
+
+FAST = ["bench.repeats=2", "bench.max_tokens=40", "cluster.include_dashboard=false"]
+
+
+def twin_cfg(out: str, *extra: str) -> ExperimentConfig:
+    """The quickstart's twin experiment, small: ``study.max_restarts`` etc. in ``extra``."""
+    return load_config(
+        TWIN_EXPERIMENT, [f"output.dir={out}", f"server.port={free_port_block()}", *FAST, *extra]
+    )
+
+
+def quiet(_line: str) -> None:
+    pass
+
+
+def journal_trials(cfg: ExperimentConfig) -> dict[int, Any]:
+    """The journal's trials (FrozenTrial by number), read as Optuna reads them."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(cfg.storage_url))
+    study = optuna.load_study(study_name=cfg.study.name, storage=storage)
+    return {t.number: t for t in study.get_trials(deepcopy=False)}
+
+
+def row_hashes(cfg: ExperimentConfig) -> dict[int, str]:
+    """trial -> a hash of its trial row's measured content (what must never be overwritten)."""
+    folder = os.path.join(cfg.out_dir, "trials")
+    out: dict[int, str] = {}
+    if not os.path.isdir(folder):
+        return out
+    for name in sorted(os.listdir(folder)):
+        if not (name.startswith("trial-") and name.endswith(".parquet")):
+            continue
+        row = pq.read_table(os.path.join(folder, name)).to_pylist()[0]
+        kept = (row["state"], row["value"], row["start_unix_s"], row["run_values"],
+                row["candidate_key"], row["role"])  # fmt: skip
+        out[int(row["trial"])] = hashlib.sha256(repr(kept).encode()).hexdigest()
+    return out

@@ -20,8 +20,8 @@ import pytest
 from rayspec._exceptions import FailureReason
 from rayspec._exceptions import ServerExited
 from rayspec._types import LaunchSpec
+from tests.helpers import free_port
 from tests.reliability_tests._support import experiment
-from tests.reliability_tests._support import free_port
 from tests.reliability_tests._support import kill_leftovers
 from tests.reliability_tests._support import processes_with
 from tests.reliability_tests._support import wait_no_processes

@@ -27,9 +27,9 @@ import pytest
 
 from rayspec._exceptions import FailureReason
 from rayspec._types import TrialResult
+from tests.helpers import free_port
 from tests.reliability_tests._support import Driver
 from tests.reliability_tests._support import experiment
-from tests.reliability_tests._support import free_port
 from tests.reliability_tests._support import kill_leftovers
 from tests.reliability_tests._support import wait_no_processes
 

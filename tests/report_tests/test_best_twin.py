@@ -13,7 +13,7 @@ import httpx
 from rayspec._config import load_config
 from rayspec.results import write_best
 from rayspec.store import StudyFolder
-from rayspec.testing._twin import free_port
+from tests.helpers import free_port
 from tests.report_tests.conftest import simulated_study
 
 

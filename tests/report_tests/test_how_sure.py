@@ -11,7 +11,6 @@ import os
 
 import yaml
 
-from rayspec._config import load_config
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
 from rayspec.report._load import load_study_folder
@@ -29,6 +28,7 @@ from rayspec.results import write_best
 from rayspec.tune._report import format_gains
 from rayspec.tune._report import format_table
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 from tests.report_tests.conftest import Study
 
 LL = (("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL"))
@@ -92,7 +92,7 @@ def test_a_tied_pick_with_the_best_estimate_says_the_rule_and_a_clear_pick_says_
 
 
 def test_a_tie_is_said_in_best_sh_and_best_yaml(tmp_path) -> None:
-    cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
+    cfg = cached_config(TWIN_EXPERIMENT, out=tmp_path)
     pick = _row(7, 97.0, steps=2, tokens=4, nccl=LL)
     rival = _row(12, 97.6, steps=3, tokens=8, nccl=LL)
     paths = write_best(cfg, _report(pick, rival))
@@ -108,7 +108,7 @@ def test_a_tie_is_said_in_best_sh_and_best_yaml(tmp_path) -> None:
 
 # -- best.yaml ---------------------------------------------------------------------------------
 def test_best_yaml_carries_the_interval_and_vs_baseline_as_a_ratio(tmp_path) -> None:
-    cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
+    cfg = cached_config(TWIN_EXPERIMENT, out=tmp_path)
     pick = _row(7, 96.0, steps=2, tokens=4, nccl=LL, sd=0.02)
     paths = write_best(cfg, _report(pick))
     assert paths is not None
@@ -124,7 +124,7 @@ def test_best_yaml_carries_the_interval_and_vs_baseline_as_a_ratio(tmp_path) -> 
 
 
 def test_without_a_baseline_best_yaml_has_no_ratio(tmp_path) -> None:
-    cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
+    cfg = cached_config(TWIN_EXPERIMENT, out=tmp_path)
     paths = write_best(cfg, _report(_row(7, 96.0, steps=2, tokens=4), baseline=None))
     assert paths is not None
     with open(paths[0], encoding="utf-8") as fh:
@@ -145,7 +145,7 @@ def test_an_estimate_above_its_peak_is_marked_with_why_in_the_terminal_and_best_
     assert table[-1].startswith("* the estimate is above the best run")
     assert "fitted surface" in table[-1]
     assert not format_table(_report(pick)).splitlines()[-1].startswith("*")
-    cfg = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
+    cfg = cached_config(TWIN_EXPERIMENT, out=tmp_path)
     paths = write_best(cfg, _report(lifted, pick))
     assert paths is not None
     with open(paths[1], encoding="utf-8") as fh:

@@ -8,8 +8,8 @@ import re
 import subprocess
 import sys
 
-from rayspec.testing._twin import free_port
 from tests.helpers import REPO
+from tests.helpers import free_port
 from tests.report_tests.conftest import simulated_study
 
 

@@ -10,6 +10,8 @@ from rayspec._types import TrialState
 from rayspec.search import Observation
 from rayspec.search import pick
 from rayspec.search import weigh
+from rayspec.search._posterior import Start
+from rayspec.search._posterior import estimate
 
 LL_SYS = (("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL"))
 
@@ -77,7 +79,7 @@ def test_a_cheaper_configuration_only_when_asked() -> None:
         _obs(1, TREE, 100.0, n=30), _obs(2, TREE, 100.0, n=30),
         _obs(3, cheap, 98.6, n=30), _obs(4, cheap, 98.6, n=30),
     ]  # fmt: skip
-    points = weigh(obs, smooth=False).points
+    points = weigh(obs).points
     cost = {k: (p.candidate.spec.num_draft_tokens, 0) if p.candidate.spec else (0, 0)
             for k, p in points.items()}  # fmt: skip
     assert pick(points).point.candidate == TREE  # type: ignore[union-attr]
@@ -95,10 +97,11 @@ def test_the_surface_pulls_a_lucky_start_back() -> None:
         obs.append(_obs(i, Candidate(nccl_env=LL_SYS, spec=_spec(2, 4, n)), level))
     lucky = Candidate(nccl_env=LL_SYS, spec=_spec(2, 4, 4))
     obs.append(_obs(9, lucky, 97.6 * 1.04))
-    smooth = weigh(obs).points
-    raw = weigh(obs, smooth=False).points
+    evidence = weigh(obs)
     key = obs[-1].key
-    assert smooth[key].estimate.mean < raw[key].estimate.mean
+    own = estimate([Start(o.trial, o.runs) for o in obs if o.key == key], evidence.noise)
+    assert own is not None  # its two starts alone, as without the surface
+    assert evidence.points[key].estimate.mean < own.mean
 
 
 def test_one_lucky_start_does_not_move_the_pick_off_a_configuration_started_twice() -> None:

@@ -9,7 +9,6 @@ import random
 
 import pytest
 
-from rayspec._config import load_config
 from rayspec._types import Candidate
 from rayspec._types import SpecSettings
 from rayspec._types import TrialState
@@ -27,6 +26,7 @@ from rayspec.twin import PerfModel
 from rayspec.twin import load_profile
 from rayspec.twin import resolve_nccl
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 
 TUNED = (("NCCL_P2P_LEVEL", "PHB"),)
 
@@ -146,7 +146,7 @@ def _tree_histogram(model: PerfModel, cycles: int = 40_000) -> tuple[int, ...]:
 
 
 def _search() -> StructuredSearch:
-    space = SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+    space = SearchSpace.from_config(cached_config(TWIN_EXPERIMENT).search)
     return StructuredSearch(space, None, token_bytes=1)
 
 

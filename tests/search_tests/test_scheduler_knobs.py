@@ -9,11 +9,11 @@ import pytest
 
 from rayspec import Candidate
 from rayspec import ConfigError
-from rayspec._config import load_config
 from rayspec.search import SearchSpace
 from rayspec.search import canonical_key
 from rayspec.server import build_launch
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 
 KNOBS = [
     "search.scheduler.max_running_requests=[16,64]",
@@ -28,7 +28,7 @@ CHAIN = {"spec.mode": "EAGLE3", "spec.num_steps": 2, "spec.eagle_topk": 1}
 
 @pytest.fixture
 def cfg():
-    return load_config(TWIN_EXPERIMENT, KNOBS)
+    return cached_config(TWIN_EXPERIMENT, KNOBS)
 
 
 @pytest.fixture

@@ -6,16 +6,16 @@ import pytest
 from rayspec import Candidate
 from rayspec import ConfigError
 from rayspec import SpecSettings
-from rayspec._config import load_config
 from rayspec.search import SearchSpace
 from rayspec.search import canonical_key
 from rayspec.search._space import P_NDT
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 
 
 @pytest.fixture
 def space() -> SearchSpace:
-    return SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+    return SearchSpace.from_config(cached_config(TWIN_EXPERIMENT).search)
 
 
 def _sample(space: SearchSpace, n: int, seed: int = 0) -> list[tuple[Candidate, dict]]:
@@ -100,7 +100,7 @@ def test_canonical_key_identifies_equivalent_candidates() -> None:
 
 
 def test_flags_switches_and_values() -> None:
-    cfg = load_config(
+    cfg = cached_config(
         TWIN_EXPERIMENT,
         ["search.flags={--disable-custom-all-reduce: [on, off], --chunked-prefill-size: [4096]}"],
     )

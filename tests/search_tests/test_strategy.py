@@ -3,13 +3,13 @@ search is over (no Optuna study needed: the study is a stand-in that records the
 
 from __future__ import annotations
 
-from rayspec._config import load_config
 from rayspec._types import Candidate
 from rayspec.search import SamplerStrategy
 from rayspec.search import SearchSpace
 from rayspec.search import StructuredSearch
 from rayspec.search import Wait
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 
 
 class _Study:
@@ -31,7 +31,7 @@ class _Study:
 
 
 def _search(**kwargs) -> StructuredSearch:
-    space = SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search)
+    space = SearchSpace.from_config(cached_config(TWIN_EXPERIMENT).search)
     return StructuredSearch(space, None, token_bytes=1, **kwargs)
 
 
@@ -60,7 +60,7 @@ def test_the_structured_search_is_done_only_once_nothing_runs() -> None:
         def propose(self, observations, pending=()):
             return None
 
-    search = _Answered(SearchSpace.from_config(load_config(TWIN_EXPERIMENT).search), None,
+    search = _Answered(SearchSpace.from_config(cached_config(TWIN_EXPERIMENT).search), None,
                        token_bytes=1)  # fmt: skip
     assert search.ask(_Study(), [], [Candidate()]) == Wait()  # a running trial may change it
     assert search.ask(_Study(), [], []).done.startswith("converged")

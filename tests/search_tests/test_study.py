@@ -9,10 +9,11 @@ from rayspec._config import load_config
 from rayspec.search import SearchSpace
 from rayspec.search import open_study
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 
 
 def _cfg(tmp_path, *extra: str):
-    return load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}", *extra])
+    return cached_config(TWIN_EXPERIMENT, extra, out=tmp_path)
 
 
 def _result(number: int, cand: Candidate, value: float, state: str = "COMPLETE") -> TrialResult:
@@ -81,11 +82,11 @@ def test_engine_mismatch_is_refused(tmp_path) -> None:
 
     cfg = _cfg(tmp_path)
     open_study(cfg, SearchSpace.from_config(cfg.search))
-    real = load_config(
+    real = cached_config(
         TWIN_EXPERIMENT,
-        [f"output.dir={tmp_path}", "server.engine=sglang", "server.model_path=m",
-         "server.draft_model_path=d"],
-    )  # fmt: skip
+        ["server.engine=sglang", "server.model_path=m", "server.draft_model_path=d"],
+        out=tmp_path,
+    )
     with pytest.raises(ConfigError, match="was run with engine twin"):
         open_study(real, SearchSpace.from_config(real.search))
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
-import socket
+import select
 import sys
 import time
 from collections.abc import Callable
@@ -12,15 +13,24 @@ from pathlib import Path
 import pytest
 
 from rayspec._types import LaunchSpec
-from rayspec.server._process import pids_alive
+from rayspec.server._process import ProcessInfo
+from rayspec.server._process import _open_reaper
+from tests.helpers import free_port
+from tests.helpers import pids_alive
 
 FAKE_SERVER = str(Path(__file__).with_name("fake_server.py"))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def wait_reaper(info: ProcessInfo, timeout_s: float) -> bool:
+    """Wait until the reaper has exited (then the whole tree is gone); True if it has, or if
+    the pid is no longer our reaper (a stranger reused it)."""
+    fd = _open_reaper(info)
+    if fd is None:
+        return True
+    try:
+        return bool(select.select([fd], [], [], max(timeout_s, 0.0))[0])
+    finally:
+        os.close(fd)
 
 
 def fake_pids(log_path: str) -> dict[str, int]:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from rayspec import Candidate
 from rayspec import SpecSettings
-from rayspec._config import load_config
 from rayspec.engines.sglang import CONTRACT_PINNED_VERSIONS
 from rayspec.engines.sglang import SGLANG_VERSIONS
 from rayspec.engines.sglang import cuda_graph_flag
@@ -20,6 +19,7 @@ from rayspec.server._command import shell_line
 from rayspec.testing import FIELD_TUNED_NCCL
 from tests.helpers import FIELD_EXPERIMENT
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 
 FIELD_OVERRIDES = [
     "server.model_path=/models/kimi-k2.5-int4",
@@ -33,7 +33,7 @@ def _field_candidate() -> Candidate:
 
 
 def test_field_launch_line() -> None:
-    cfg = load_config(FIELD_EXPERIMENT, FIELD_OVERRIDES)
+    cfg = cached_config(FIELD_EXPERIMENT, FIELD_OVERRIDES)
     launch = build_launch(cfg, _field_candidate(), port=30000, log_path="/tmp/t.log")
     # The template of docs/sglang.md, *Launch template*, with the field's values:
     expected = [
@@ -59,7 +59,7 @@ def test_field_launch_line() -> None:
 
 
 def test_baseline_leaves_out_speculation_and_unsets_nccl() -> None:
-    cfg = load_config(FIELD_EXPERIMENT, FIELD_OVERRIDES)
+    cfg = cached_config(FIELD_EXPERIMENT, FIELD_OVERRIDES)
     launch = build_launch(cfg, Candidate(), port=30001, log_path="/tmp/t.log")
     assert not any(a.startswith("--speculative") for a in launch.argv)
     # The running-request and graph caps stay explicit, as in the speculative arm.
@@ -70,10 +70,10 @@ def test_baseline_leaves_out_speculation_and_unsets_nccl() -> None:
 
 def test_real_engine_is_never_the_twin_and_twin_says_so() -> None:
     real = build_launch(
-        load_config(FIELD_EXPERIMENT, FIELD_OVERRIDES), Candidate(), port=1, log_path="-"
+        cached_config(FIELD_EXPERIMENT, FIELD_OVERRIDES), Candidate(), port=1, log_path="-"
     )
     assert "rayspec.twin.server" not in real.argv and not any("--twin" in a for a in real.argv)
-    twin = build_launch(load_config(TWIN_EXPERIMENT), _field_candidate(), port=1, log_path="-")
+    twin = build_launch(cached_config(TWIN_EXPERIMENT), _field_candidate(), port=1, log_path="-")
     assert twin.argv[1:3] == ("-m", "rayspec.twin.server") and twin.engine == "twin"
     assert "--twin-profile" in twin.argv and "--twin-seed" in twin.argv
 
@@ -111,13 +111,13 @@ def test_contract_pinned_version_is_the_one_ci_builds() -> None:
 
 
 def test_twin_seed_is_per_trial_and_reproducible() -> None:
-    cfg = load_config(TWIN_EXPERIMENT)
+    cfg = cached_config(TWIN_EXPERIMENT)
     seeds = [build_launch(cfg, Candidate(), port=1, log_path="-", trial=n).argv for n in (0, 1, 0)]
     assert seeds[0] == seeds[2] != seeds[1]
 
 
 def test_searched_flags_reach_argv_and_shell_line_quotes() -> None:
-    cfg = load_config(TWIN_EXPERIMENT, ["search.flags={--disable-custom-all-reduce: [on, off]}"])
+    cfg = cached_config(TWIN_EXPERIMENT, ["search.flags={--disable-custom-all-reduce: [on, off]}"])
     space = SearchSpace.from_config(cfg.search)
     cand = space.candidate({"flags.--disable-custom-all-reduce": "on"})
     launch = build_launch(cfg, cand, port=1, log_path="-")

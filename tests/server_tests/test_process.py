@@ -15,18 +15,18 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import fake_pids
+from conftest import pids_alive
 from conftest import wait_gone
+from conftest import wait_reaper
 
 from rayspec._exceptions import LaunchError
 from rayspec.server._logparse import parse_exit_status
 from rayspec.server._process import ProcessInfo
 from rayspec.server._process import is_alive
-from rayspec.server._process import pids_alive
 from rayspec.server._process import process_tree
 from rayspec.server._process import reaper_alive
 from rayspec.server._process import start_process
 from rayspec.server._process import stop_process
-from rayspec.server._process import wait_reaper
 
 
 def wait_healthy(url: str, timeout_s: float = 15.0) -> None:

@@ -9,13 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import pids_alive
+
 from rayspec._types import LaunchSpec
 from rayspec.server._logparse import parse_exit_status
-from rayspec.server._process import pids_alive
 from rayspec.server._process import process_tree
 from rayspec.server._process import start_process
 from rayspec.server._process import stop_process
-from rayspec.testing._twin import free_port
+from tests.helpers import free_port
 
 # A server like SGLang's: a child that says so if a SIGTERM reaches it, and a SIGTERM handler
 # in the server that drains, then ends the child itself (SIGKILL) and exits 0.

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import free_port
 from conftest import wait_gone
 
 from rayspec._exceptions import FailureReason
@@ -15,6 +14,7 @@ from rayspec._exceptions import ServerExited
 from rayspec._types import LaunchSpec
 from rayspec.server import TwinBackend
 from rayspec.server import parse_startup_summary
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("rayspec.twin.server") is None

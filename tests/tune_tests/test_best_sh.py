@@ -4,12 +4,12 @@ SGLang)."""
 
 from __future__ import annotations
 
-from rayspec._config import load_config
 from rayspec._types import Candidate
 from rayspec.results import Row
 from rayspec.results import deploy_script
 from tests.helpers import FIELD_EXPERIMENT
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 
 PATHS = ["server.model_path=/models/target", "server.draft_model_path=/models/draft"]
 
@@ -27,19 +27,16 @@ def _exec_line(script: str) -> str:
 
 
 def test_the_servers_interpreter_runs_the_best_configuration(tmp_path) -> None:
-    cfg = load_config(
-        FIELD_EXPERIMENT,
-        [*PATHS, "server.python=/opt/sglang/bin/python", f"output.dir={tmp_path}"],
+    cfg = cached_config(
+        FIELD_EXPERIMENT, [*PATHS, "server.python=/opt/sglang/bin/python"], out=tmp_path
     )
     line = _exec_line(deploy_script(cfg, _row(), None))
     assert line.startswith("exec /opt/sglang/bin/python -m sglang.launch_server ")
 
 
 def test_without_server_python_it_is_python_from_the_path(tmp_path) -> None:
-    cfg = load_config(FIELD_EXPERIMENT, [*PATHS, f"output.dir={tmp_path}"])
+    cfg = cached_config(FIELD_EXPERIMENT, PATHS, out=tmp_path)
     assert _exec_line(deploy_script(cfg, _row(), None)).startswith("exec python -m sglang.")
     # A twin study's interpreter ran the twin, not SGLang: the node's python.
-    twin = load_config(
-        TWIN_EXPERIMENT, ["server.python=/venv/bin/python", f"output.dir={tmp_path}"]
-    )
+    twin = cached_config(TWIN_EXPERIMENT, ["server.python=/venv/bin/python"], out=tmp_path)
     assert _exec_line(deploy_script(twin, _row(), None)).startswith("exec python -m sglang.")

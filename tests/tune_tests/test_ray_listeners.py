@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import pytest
 
 from rayspec import RayspecError
-from rayspec.testing._twin import free_port
 from tests.helpers import REPO
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/proc/net/tcp"), reason="reads listening sockets from Linux's /proc"

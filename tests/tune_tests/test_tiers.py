@@ -8,13 +8,13 @@ import os
 
 from rayspec import Candidate
 from rayspec import SpecSettings
-from rayspec._config import load_config
 from rayspec.results import Row
 from rayspec.results import StudyReport
 from rayspec.results import write_best
 from rayspec.store import StudyFolder
 from rayspec.tune._tiers import adaptive_tiers
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
 
 SCENARIOS = (
     "bench.scenarios=[{name: c1, concurrency: 1, requests_per_run: 1, max_tokens: 100},"
@@ -38,7 +38,7 @@ def _report(*rows: Row) -> StudyReport:
 
 
 def _cfg(tmp_path, *extra: str):
-    return load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}", SCENARIOS, *extra])
+    return cached_config(TWIN_EXPERIMENT, [SCENARIOS, *extra], out=tmp_path)
 
 
 def test_each_concurrency_gets_its_best_chain_or_no_speculation(tmp_path) -> None:
@@ -73,7 +73,7 @@ def test_each_concurrency_gets_its_best_chain_or_no_speculation(tmp_path) -> Non
 def test_no_tiers_without_two_loads_or_where_speculation_never_wins(tmp_path) -> None:
     rows = (_row(0, None, 60.0, 700.0), _row(1, SpecSettings("EAGLE3", 2, 1, 3), 50.0, 500.0))
     assert adaptive_tiers(_cfg(tmp_path), _report(*rows)) is None
-    one_load = load_config(TWIN_EXPERIMENT, [f"output.dir={tmp_path}"])
+    one_load = cached_config(TWIN_EXPERIMENT, out=tmp_path)
     assert adaptive_tiers(one_load, _report(*rows)) is None
     old = _cfg(tmp_path, "server.twin.version=0.5.21")
     faster = (rows[0], _row(1, SpecSettings("EAGLE3", 2, 1, 3), 90.0, 500.0))
@@ -85,15 +85,15 @@ def test_a_poisson_rung_is_not_a_tier_its_concurrency_is_only_a_cap(tmp_path) ->
     """c1 plus a rate rung capped at 64 in flight: one batch size measured, so no tiers (a
     tier "64" would claim a batch size that rung never held)."""
     rows = (_row(0, None, 60.0, 700.0), _row(1, SpecSettings("EAGLE3", 2, 1, 3), 90.0, 500.0))
-    ladder = load_config(TWIN_EXPERIMENT, [
-        f"output.dir={tmp_path}", "bench.ladder.concurrency=[1]", "bench.ladder.request_rate=[4]",
-    ])  # fmt: skip
+    ladder = cached_config(TWIN_EXPERIMENT, [
+        "bench.ladder.concurrency=[1]", "bench.ladder.request_rate=[4]",
+    ], out=tmp_path)  # fmt: skip
     report = _report(rows[0], dataclasses.replace(rows[1], per_scenario=(("r4", 500.0),)))
     assert adaptive_tiers(ladder, report) is None
-    closed = load_config(TWIN_EXPERIMENT, [
-        f"output.dir={tmp_path}", "bench.ladder.concurrency=[1,16]",
+    closed = cached_config(TWIN_EXPERIMENT, [
+        "bench.ladder.concurrency=[1,16]",
         "bench.ladder.request_rate=[4]",
-    ])  # fmt: skip
+    ], out=tmp_path)  # fmt: skip
     rows16 = (rows[0], dataclasses.replace(rows[1], per_scenario=(("c16", 500.0), ("r4", 500.0))))
     found = adaptive_tiers(closed, _report(*rows16))
     assert found is not None and set(found.tiers) == {"1", "16"}

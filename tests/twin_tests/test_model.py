@@ -27,9 +27,18 @@ from rayspec.twin._profile import AcceptanceProfile
 from rayspec.twin._profile import NoiseProfile
 from rayspec.twin._profile import Profile
 from rayspec.twin._profile import load_profile
+from tests.helpers import without_noise
 
 PROFILE = load_profile("kimi-k2.5-tp8-pcie")
-FLAT_77 = PROFILE.with_acceptance(AcceptanceProfile(kind="flat", a=0.77))
+
+
+def _with_acceptance(profile: Profile, acceptance: AcceptanceProfile) -> Profile:
+    """``profile`` with another drafter acceptance shape."""
+    drafter = dataclasses.replace(profile.drafter, acceptance=acceptance)
+    return dataclasses.replace(profile, drafter=drafter)
+
+
+FLAT_77 = _with_acceptance(PROFILE, AcceptanceProfile(kind="flat", a=0.77))
 TUNED_ENV = dict(FIELD_TUNED_NCCL)
 TUNED = resolve_nccl(TUNED_ENV, PROFILE)
 UNTUNED = resolve_nccl({}, PROFILE)
@@ -259,14 +268,14 @@ def test_high_concurrency_with_nccl_choosing() -> None:
     ],
 )
 def test_stronger_drafters(a: float, k: int, length: float, tok_s: float) -> None:
-    m = model(spec=chain(k), profile=PROFILE.with_acceptance(AcceptanceProfile("flat", a=a)))
+    m = model(spec=chain(k), profile=_with_acceptance(PROFILE, AcceptanceProfile("flat", a=a)))
     assert m.expected_accept_length() == pytest.approx(length, abs=0.006)
     assert m.expected_tok_s() == pytest.approx(tok_s, abs=0.051)
 
 
 def test_flat_acceptance_matches_closed_form() -> None:
     a, k = 0.75, 6
-    m = model(spec=chain(k), profile=PROFILE.with_acceptance(AcceptanceProfile("flat", a=a)))
+    m = model(spec=chain(k), profile=_with_acceptance(PROFILE, AcceptanceProfile("flat", a=a)))
     assert m.expected_accept_length() == pytest.approx((1 - a ** (k + 1)) / (1 - a))
 
 
@@ -423,7 +432,7 @@ def test_noise_off_is_exactly_one() -> None:
     assert noise.start_factor == 1.0
     assert noise.start_offset == 0.0
     assert all(noise.draw_request() == RequestNoise(1.0, 1.0) for _ in range(20))
-    quiet = NoiseModel(PROFILE.without_noise().noise, random.Random(1))
+    quiet = NoiseModel(without_noise(PROFILE).noise, random.Random(1))
     assert quiet.draw_request() == (1.0, 1.0)
 
 

@@ -9,22 +9,23 @@ from __future__ import annotations
 
 from rayspec import Candidate
 from rayspec import SpecSettings
-from rayspec._config import load_config
 from rayspec.server import build_launch
 from rayspec.twin import load_profile
 from rayspec.twin._simulate import LoadAsk
 from rayspec.twin._simulate import SimulatedServer
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import cached_config
+from tests.helpers import without_noise
 
 CHAIN = SpecSettings("EAGLE3", 2, 1, 3)
 
 
 def _serve(knobs: dict[str, int], asks: list[LoadAsk], concurrency: int, spec=CHAIN):
-    cfg = load_config(TWIN_EXPERIMENT, ["server.max_running_requests=64"])
+    cfg = cached_config(TWIN_EXPERIMENT, ["server.max_running_requests=64"])
     cand = Candidate(spec=spec, scheduler=tuple(sorted(knobs.items())))
     launch = build_launch(cfg, cand, port=1, log_path="-", trial=1)
     args = list(launch.argv[3:])
-    profile = load_profile(cfg.server.twin.profile).without_noise()
+    profile = without_noise(load_profile(cfg.server.twin.profile))
     return SimulatedServer(args, dict(launch.env), profile).serve(asks, concurrency)
 
 
@@ -84,7 +85,7 @@ def test_the_http_twin_prefills_a_long_prompt_in_the_chunks_the_launch_line_asks
 
     prompt = " ".join(f"word{i}" for i in range(3000))
     tokens = count_prompt_tokens(prompt)
-    cfg = load_config(TWIN_EXPERIMENT)
+    cfg = cached_config(TWIN_EXPERIMENT)
 
     async def one(url: str) -> None:
         async with StreamClient(url, max_streams=1, clock="twin") as client:

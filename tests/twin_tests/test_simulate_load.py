@@ -29,6 +29,7 @@ from rayspec.twin._simulate import LoadAsk
 from rayspec.twin._simulate import SimulatedServer
 from rayspec.twin._text import count_prompt_tokens
 from tests.helpers import TWIN_EXPERIMENT
+from tests.helpers import without_noise
 
 LL_SYS = (("NCCL_P2P_LEVEL", "SYS"), ("NCCL_PROTO", "LL"))
 LOADS = (1, 8, 32)
@@ -187,7 +188,7 @@ def test_a_load_keeps_each_requests_category(tmp_path) -> None:
     args, env = _http_args(
         cfg, Candidate(nccl_env=LL_SYS, spec=SpecSettings("EAGLE3", 2, 1, 3)), 4
     )
-    sim = SimulatedServer(args, env, load_profile(cfg.server.twin.profile).without_noise())
+    sim = SimulatedServer(args, env, without_noise(load_profile(cfg.server.twin.profile)))
     served = sim.serve([LoadAsk(20, 400, category=c) for c in ["code"] * 8 + ["chat"] * 8], 16)
     accept = [r.completion_tokens / r.verify_ct for r in served if r.verify_ct]
     assert statistics.mean(accept[:8]) > 1.03 * statistics.mean(accept[8:])

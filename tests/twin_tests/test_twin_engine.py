@@ -15,6 +15,7 @@ from rayspec.twin import load_profile
 from rayspec.twin import resolve_nccl
 from rayspec.twin._engine import Engine
 from rayspec.twin._log import SglangLog
+from tests.helpers import without_noise
 
 TUNED = {"NCCL_PROTO": "LL", "NCCL_P2P_LEVEL": "SYS"}
 
@@ -37,7 +38,7 @@ class FakeClock:
 
 
 def make_engine(clock: FakeClock, spec: SpecSettings | None = None, **kw: object) -> Engine:
-    profile = load_profile("kimi-k2.5-tp8-pcie").without_noise()
+    profile = without_noise(load_profile("kimi-k2.5-tp8-pcie"))
     model = PerfModel(profile, resolve_nccl(TUNED, profile), spec)
     noise = NoiseModel(profile.noise, random.Random(0), speculative=spec is not None)
     log = SglangLog((0, 5, 23), 8, stream=io.StringIO())

@@ -14,10 +14,10 @@ from rayspec._exceptions import StoreError
 from rayspec.store import ParquetTrialStore
 from rayspec.testing import SimulatedTrials
 from rayspec.tune import run_study
-from tests.integrity_tests._support import journal_trials
-from tests.integrity_tests._support import quiet
-from tests.integrity_tests._support import row_hashes
-from tests.integrity_tests._support import twin_cfg
+from tests.reliability_tests._support import journal_trials
+from tests.reliability_tests._support import quiet
+from tests.reliability_tests._support import row_hashes
+from tests.reliability_tests._support import twin_cfg
 
 
 def _study(tmp_path, restarts: int):

@@ -10,9 +10,9 @@ import pytest
 from rayspec.testing import SimulatedTrials
 from rayspec.tune import run_study
 from tests.helpers import REPO
-from tests.integrity_tests._support import journal_trials
-from tests.integrity_tests._support import quiet
-from tests.integrity_tests._support import twin_cfg
+from tests.reliability_tests._support import journal_trials
+from tests.reliability_tests._support import quiet
+from tests.reliability_tests._support import twin_cfg
 
 TWIN = os.path.join(REPO, "experiments", "eagle3-twin.yaml")
 

@@ -12,9 +12,9 @@ from typing import Any
 from rayspec.store import ParquetTrialStore
 from rayspec.tune import run_study
 from rayspec.tune._trial import run_trial
-from tests.integrity_tests._support import twin_cfg
 from tests.reliability_tests._support import descendants
 from tests.reliability_tests._support import processes_with
+from tests.reliability_tests._support import twin_cfg
 
 
 def test_a_killed_server_actor_is_retried_and_the_baseline_keeps_its_role(

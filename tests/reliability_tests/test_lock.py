@@ -16,8 +16,8 @@ from rayspec.tune import run_study
 from rayspec.tune._lock import StudyLockedError
 from rayspec.tune._lock import study_lock
 from tests.helpers import REPO
-from tests.integrity_tests._support import quiet
-from tests.integrity_tests._support import twin_cfg
+from tests.reliability_tests._support import quiet
+from tests.reliability_tests._support import twin_cfg
 
 _HOLD = (
     "import sys; from rayspec.tune._lock import study_lock\n"
