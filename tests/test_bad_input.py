@@ -66,15 +66,15 @@ CASES: list[tuple[str, dict[str, Any], list[str], str]] = [
             "study": {"sampler": "grid"},
             "search": {
                 "nccl": {
-                    "NCCL_MAX_NCHANNELS": [str(n) for n in range(1, 33)],
+                    "NCCL_MAX_NCHANNELS": [str(n) for n in range(1, 65)],
                     "NCCL_BUFFSIZE": [str(2**i) for i in range(16, 32)],
                     "NCCL_PROTO": ["LL", "Simple"],
                 }
             },
         },
         [],
-        # 61 speculative points x 33 x 17 x 3
-        "study.sampler: grid would try 102,663 configurations (at most 100,000)",
+        # 35 speculative points x 65 x 17 x 3
+        "study.sampler: grid would try 116,025 configurations (at most 100,000)",
     ),
     ("override-no-equals", {}, ["study.n_trials"], "expected dotted.key=value"),
     ("override-no-key", {}, ["=5"], "expected dotted.key=value"),
