@@ -117,7 +117,11 @@ def run_study(doc: dict[str, Any], runs: Path, nice: int) -> tuple[int, str, flo
         code = proc.wait()
         renicer.done.set()
     text = log.read_text(errors="replace")
-    stop = next((ln for ln in reversed(text.splitlines()) if ln.startswith("stopped:")), "")
+    # The log's lines carry a time of day first ("00:35:59 stopped: ...").
+    stop = next(
+        (ln for ln in reversed(text.splitlines()) if "] " not in ln and " stopped: " in f" {ln}"),
+        "",
+    )
     return code, stop, time.monotonic() - t0
 
 
